@@ -1,0 +1,145 @@
+// toolnexus/task.hpp: the Task value type (A2A v0.3 JSON shape) and the
+// record a store keeps for it.
+//
+// Where a Task is parsed: Task::parse(). Where it is turned back into bytes:
+// Task::to_json(). Both keep every field, known or not, so a Task saved and
+// read back is the same JSON (object member order included).
+#ifndef TOOLNEXUS_TASK_HPP
+#define TOOLNEXUS_TASK_HPP
+
+#include <rapidjson/document.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace toolnexus {
+
+/// Thrown when bytes or a document are not a valid Task: not JSON, not
+/// UTF-8, not an object, no non-empty string "id", nesting too deep. The
+/// message says what and where (byte offset or member name).
+class InvalidTask : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// "No status timestamp" for status_time_us (same value as TNX_TIME_NONE).
+inline constexpr int64_t kNoTime = INT64_MIN;
+
+/// Maximum JSON nesting depth Task::parse() accepts (objects + arrays).
+inline constexpr int kMaxTaskDepth = 64;
+
+/// A2A Task states (TaskState, spec v0.3 section 6.3) in their v0.3 spelling.
+namespace task_state {
+inline constexpr std::string_view kSubmitted = "submitted";
+inline constexpr std::string_view kWorking = "working";
+inline constexpr std::string_view kInputRequired = "input-required";
+inline constexpr std::string_view kAuthRequired = "auth-required";
+inline constexpr std::string_view kCompleted = "completed";
+inline constexpr std::string_view kCanceled = "canceled";
+inline constexpr std::string_view kFailed = "failed";
+inline constexpr std::string_view kRejected = "rejected";
+inline constexpr std::string_view kUnknown = "unknown";
+/// completed, canceled, failed, rejected: a Task in one never changes again.
+bool is_terminal(std::string_view state) noexcept;
+/// input-required, auth-required: the Task waits for the client.
+bool is_interrupted(std::string_view state) noexcept;
+/// One of the nine names above.
+bool is_known(std::string_view state) noexcept;
+}  // namespace task_state
+
+/// A Task: a JSON object that has at least a non-empty string "id".
+///
+/// Owns its rapidjson::Document. Copyable (deep copy) and movable. Not
+/// thread-safe: one Task object must not be used by two threads at once
+/// (distinct Task objects are independent).
+class Task {
+ public:
+  /// An empty object `{}` (not yet valid: validate() throws until an id is set).
+  Task();
+  Task(const Task &other);
+  Task &operator=(const Task &other);
+  Task(Task &&) noexcept = default;
+  Task &operator=(Task &&) noexcept = default;
+
+  /// Parses UTF-8 JSON bytes into a Task and validate()s it.
+  /// Throws InvalidTask: not JSON (with byte offset and RapidJSON's reason),
+  /// invalid UTF-8, nesting deeper than kMaxTaskDepth, or validate() fails.
+  static Task parse(std::string_view json);
+
+  /// Takes ownership of a document and validate()s it; throws InvalidTask.
+  static Task from_document(rapidjson::Document &&doc);
+
+  /// Checks the rules a stored Task must meet: an object; "id" a non-empty
+  /// string without NUL; "contextId" absent or a string; "status" absent or
+  /// an object whose "state" (if present) is a string and whose "timestamp"
+  /// (if present) is an RFC 3339 time. Throws InvalidTask naming the field.
+  void validate() const;
+
+  /// The JSON, for reading and editing. Allocate new values with
+  /// allocator(). Valid while the Task lives.
+  rapidjson::Document &json() noexcept { return doc_; }
+  const rapidjson::Document &json() const noexcept { return doc_; }
+  rapidjson::Document::AllocatorType &allocator() noexcept { return doc_.GetAllocator(); }
+
+  /// Compact UTF-8 JSON. Throws InvalidTask if a string holds invalid UTF-8.
+  std::string to_json() const;
+
+  /// "id", or "" when absent. View valid until the Task is modified.
+  std::string_view id() const noexcept;
+  /// "contextId", or "".
+  std::string_view context_id() const noexcept;
+  /// "status.state", or "".
+  std::string_view state() const noexcept;
+  /// "status.timestamp" in microseconds since the Unix epoch (UTC), or
+  /// kNoTime when absent or unparsable.
+  int64_t status_time_us() const noexcept;
+
+  /// Sets "status" to {"state", "timestamp": now (or `time_us`)} and keeps
+  /// `message` (a Message object, moved in) when not null. Other members of
+  /// "status" are dropped: a new status replaces the old one (spec 6.2).
+  void set_status(std::string_view state, rapidjson::Value message = rapidjson::Value(),
+                  int64_t time_us = kNoTime);
+
+ private:
+  rapidjson::Document doc_;
+};
+
+/// What a store keeps for one Task: the index fields (derived from the JSON
+/// by TaskStore::save) plus the JSON bytes and the version. Plain value type.
+struct TaskRecord {
+  std::string id;
+  std::string context_id;
+  std::string state;
+  int64_t status_time_us = kNoTime;
+  std::string owner;
+  std::string tenant;
+  /// The Task's JSON bytes exactly as saved (empty when a list asked to omit it).
+  std::string json;
+  /// 1 after the first save, +1 on each save.
+  uint64_t version = 0;
+
+  /// Parses `json`. Throws StoreError(Status::corrupt) naming the id when the
+  /// stored bytes are not a valid Task.
+  Task task() const;
+};
+
+/// Current time in microseconds since the Unix epoch (UTC).
+int64_t now_us() noexcept;
+
+/// Formats microseconds since the epoch as RFC 3339 UTC with microseconds:
+/// "2026-11-29T20:58:33.123456Z".
+std::string format_timestamp(int64_t time_us);
+
+/// Parses an ISO 8601 / RFC 3339 time ("2026-11-29T20:58:33Z",
+/// "...33.5+01:00", fractions up to nanoseconds) to microseconds since the
+/// epoch (UTC). Returns false on anything else. Thread-safe.
+bool parse_timestamp(std::string_view text, int64_t &time_us) noexcept;
+
+/// True when `s` is valid UTF-8 (RFC 3629: no overlongs, no surrogates).
+bool is_valid_utf8(std::string_view s) noexcept;
+
+}  // namespace toolnexus
+
+#endif  // TOOLNEXUS_TASK_HPP

@@ -1,0 +1,147 @@
+// toolnexus/task_store.hpp: the C++ TaskStore interface the server and any
+// embedding program use. Every Task read and write goes through it.
+//
+// A TaskStore is usually a plugin store (core/src/plugin_store.cpp adapts a
+// plugin's C vtable to this interface), but any C++ class that derives from
+// TaskStore can be passed to resolve_store() and the server as-is (the seed's
+// "a struct is used as-is").
+#ifndef TOOLNEXUS_TASK_STORE_HPP
+#define TOOLNEXUS_TASK_STORE_HPP
+
+#include "toolnexus/task.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toolnexus {
+
+/// Status of a store operation; the values are the C ABI's TNX_* codes.
+enum class Status : int32_t {
+  ok = 0,
+  not_found = -1,
+  conflict = -2,
+  invalid_argument = -3,
+  io = -4,
+  corrupt = -5,
+  unsupported = -6,
+  internal = -7,
+};
+
+/// "not_found", "conflict", ...: stable lower-case name of a status.
+const char *status_name(Status s) noexcept;
+
+/// Thrown by TaskStore operations. what() says what failed and where (store,
+/// Task id, file path); code() is the status. A failed operation changed
+/// nothing (the previous version of the Task is intact).
+class StoreError : public std::runtime_error {
+ public:
+  StoreError(Status code, const std::string &message)
+      : std::runtime_error(message), code_(code) {}
+  Status code() const noexcept { return code_; }
+
+ private:
+  Status code_;
+};
+
+/// expected_version value: no compare-and-set (TNX_VERSION_ANY).
+inline constexpr uint64_t kAnyVersion = UINT64_MAX;
+/// expected_version value: the Task must not exist yet (TNX_VERSION_NONE).
+inline constexpr uint64_t kNoVersion = 0;
+
+/// Options of TaskStore::save.
+struct SaveOptions {
+  /// kAnyVersion, kNoVersion, or the version that must be stored now.
+  uint64_t expected_version = kAnyVersion;
+  /// Owner principal recorded with the Task ("" = none).
+  std::string owner;
+  /// Tenant recorded with the Task ("" = none).
+  std::string tenant;
+};
+
+/// A list request. Unset optionals are not filtered on. Order: newest
+/// status timestamp first, ties by id ascending (A2A ListTasks rule).
+struct ListQuery {
+  std::optional<std::string> context_id;
+  std::optional<std::string> state;
+  std::optional<std::string> owner;
+  std::optional<std::string> tenant;
+  /// Only Tasks whose status time is strictly after this (µs since epoch).
+  std::optional<int64_t> after_us;
+  /// Only Tasks whose status time is strictly before this (µs since epoch).
+  std::optional<int64_t> before_us;
+  /// "" for the first page, else a ListPage::next_cursor.
+  std::string cursor;
+  /// Records per page, 1..1000.
+  uint32_t page_size = 50;
+  /// Records may come back with empty json (index fields only).
+  bool omit_json = false;
+};
+
+/// One page of a list.
+struct ListPage {
+  std::vector<TaskRecord> records;
+  /// Cursor of the next page, "" when this is the last one.
+  std::string next_cursor;
+};
+
+/// Describes a store: where it came from and what it can do.
+struct StoreInfo {
+  /// Scheme it was opened with ("memory", "file", ...) or "custom".
+  std::string scheme;
+  /// Plugin name and version ("" for a C++ store).
+  std::string plugin_name;
+  std::string plugin_version;
+  /// Path of the plugin library ("" for a C++ store).
+  std::string plugin_path;
+  /// TNX_CAP_* bits (see sdk task_store.h).
+  uint64_t capabilities = 0;
+};
+
+/// The store interface. Implementations are thread-safe: every method may be
+/// called from several threads at once. Methods throw StoreError on failure.
+class TaskStore {
+ public:
+  virtual ~TaskStore();
+
+  /// Validates `task` (Task::validate), derives the index fields from it
+  /// (id, contextId, status.state, status.timestamp) and saves it under the
+  /// compare-and-set rule of opts.expected_version.
+  /// Returns the new version. Throws InvalidTask before anything reaches the
+  /// backend when the Task is not valid; StoreError(conflict) when the
+  /// stored version differs from the expected one; StoreError(io, ...) etc.
+  uint64_t save(const Task &task, const SaveOptions &opts = {});
+
+  /// Reads a Task's record, or std::nullopt when there is none.
+  /// Throws StoreError(corrupt) when it exists but cannot be read.
+  virtual std::optional<TaskRecord> get(std::string_view id) = 0;
+
+  /// Deletes a Task. Throws StoreError(not_found) when absent,
+  /// StoreError(conflict) when expected_version does not match.
+  virtual void remove(std::string_view id, uint64_t expected_version = kAnyVersion) = 0;
+
+  /// One page of matching records (see ListQuery). Throws
+  /// StoreError(invalid_argument) on a malformed cursor, StoreError(corrupt)
+  /// when a matching record cannot be read (never skipped silently).
+  virtual ListPage list(const ListQuery &query) = 0;
+
+  /// Where the store came from and its capabilities.
+  virtual StoreInfo info() const = 0;
+
+  /// Flushes and releases the backend. Idempotent; after it every other
+  /// method throws StoreError(invalid_argument). Throws StoreError(io) when a
+  /// final flush failed. The destructor closes too, swallowing errors.
+  virtual void close() {}
+
+ protected:
+  /// Saves a record whose index fields agree with its json (save() ensures
+  /// it). Same contract as save().
+  virtual uint64_t do_save(const TaskRecord &record, uint64_t expected_version) = 0;
+};
+
+}  // namespace toolnexus
+
+#endif  // TOOLNEXUS_TASK_STORE_HPP

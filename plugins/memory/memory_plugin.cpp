@@ -1,0 +1,158 @@
+// plugins/memory: the "memory" scheme. Tasks live in this process only.
+//
+// Thread-safe (a shared mutex: reads in parallel, writes exclusive), copies
+// everything it is given, keeps an ordered index so list is a range scan.
+// Built against the SDK only.
+#include "toolnexus/plugin.hpp"
+
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+namespace {
+
+using toolnexus::sdk::Error;
+using toolnexus::sdk::ListKey;
+using toolnexus::sdk::view;
+
+struct Entry {
+  std::string context_id, state, owner, tenant, json;
+  int64_t time_us = TNX_TIME_NONE;
+  uint64_t version = 0;
+};
+
+// Orders (time, id) as list wants: newest first, then id ascending.
+struct ListOrder {
+  bool operator()(const std::pair<int64_t, std::string> &a,
+                  const std::pair<int64_t, std::string> &b) const noexcept {
+    if (a.first != b.first) return a.first > b.first;
+    return a.second < b.second;
+  }
+};
+
+class MemoryStore final : public toolnexus::sdk::Store {
+ public:
+  bool get(std::string_view id, const toolnexus::sdk::RecordOut &out) override {
+    std::shared_lock lock(mu_);
+    auto it = tasks_.find(std::string(id));
+    if (it == tasks_.end()) return false;
+    out(record(it->first, it->second, false));
+    return true;
+  }
+
+  uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
+    std::string id(view(rec.id));
+    std::unique_lock lock(mu_);
+    auto it = tasks_.find(id);
+    const uint64_t current = it == tasks_.end() ? 0 : it->second.version;
+    if (expected != TNX_VERSION_ANY && expected != current)
+      throw Error(TNX_ECONFLICT, "save of task '" + id + "': expected version " +
+                                     std::to_string(expected) + ", stored " + std::to_string(current));
+    if (it == tasks_.end()) {
+      it = tasks_.emplace(id, Entry{}).first;
+    } else {
+      order_.erase({it->second.time_us, id});
+    }
+    Entry &e = it->second;
+    e.context_id.assign(view(rec.context_id));
+    e.state.assign(view(rec.state));
+    e.owner.assign(view(rec.owner));
+    e.tenant.assign(view(rec.tenant));
+    e.json.assign(view(rec.task_json));
+    e.time_us = rec.status_time_us;
+    e.version = current + 1;
+    order_.emplace(std::make_pair(e.time_us, id), &it->first);
+    return e.version;
+  }
+
+  void del(std::string_view id_view, uint64_t expected) override {
+    std::string id(id_view);
+    std::unique_lock lock(mu_);
+    auto it = tasks_.find(id);
+    if (it == tasks_.end()) throw Error(TNX_ENOTFOUND, "no task with id '" + id + "'");
+    if (expected != TNX_VERSION_ANY && expected != it->second.version)
+      throw Error(TNX_ECONFLICT, "delete of task '" + id + "': expected version " +
+                                     std::to_string(expected) + ", stored " +
+                                     std::to_string(it->second.version));
+    order_.erase({it->second.time_us, id});
+    tasks_.erase(it);
+  }
+
+  std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override {
+    const uint32_t limit = toolnexus::sdk::page_size(q);
+    std::shared_lock lock(mu_);
+    auto it = order_.begin();
+    if (q.cursor.len != 0) {
+      ListKey k = ListKey::decode(view(q.cursor));
+      it = order_.upper_bound({k.time_us, k.id});
+    }
+    uint32_t n = 0;
+    ListKey last;
+    for (; it != order_.end(); ++it) {
+      const Entry &e = tasks_.find(*it->second)->second;
+      if (!toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) continue;
+      // One more match after a full page: there is a next page, which starts
+      // after the last record delivered.
+      if (n == limit) return last.encode();
+      if (!out(record(*it->second, e, q.omit_json != 0))) return std::string();
+      last = ListKey{e.time_us, *it->second};
+      ++n;
+    }
+    return std::string();
+  }
+
+ private:
+  static tnx_task_record record(const std::string &id, const Entry &e, bool omit_json) {
+    tnx_task_record r = TNX_HEADER_INIT(tnx_task_record);
+    r.id = toolnexus::sdk::str(id);
+    r.context_id = toolnexus::sdk::str(e.context_id);
+    r.state = toolnexus::sdk::str(e.state);
+    r.status_time_us = e.time_us;
+    r.owner = toolnexus::sdk::str(e.owner);
+    r.tenant = toolnexus::sdk::str(e.tenant);
+    if (!omit_json) r.task_json = toolnexus::sdk::str(e.json);
+    r.version = e.version;
+    return r;
+  }
+
+  std::shared_mutex mu_;
+  std::unordered_map<std::string, Entry> tasks_;
+  // (status time, id) -> pointer to the id key in tasks_ (stable: node-based).
+  std::map<std::pair<int64_t, std::string>, const std::string *, ListOrder> order_;
+};
+
+toolnexus::sdk::Store *open_memory(const tnx_open_args &args) {
+  if (args.location.len != 0)
+    throw Error(TNX_EINVAL, "memory store takes no location, got 'memory:" +
+                                std::string(view(args.location)) + "'");
+  return new MemoryStore();
+}
+
+const char *const kSchemes[] = {"memory", nullptr};
+
+const tnx_plugin_descriptor kDescriptor = {
+    TNX_HEADER_INIT(tnx_plugin_descriptor),
+    "toolnexus-memory",
+    "0.1.0",
+    "In-process store: fast, thread-safe, gone when the process exits",
+    kSchemes,
+    TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET,
+    &toolnexus::sdk::open_trampoline<open_memory>,
+    nullptr,
+};
+
+}  // namespace
+
+extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(
+    const tnx_host_info *host) {
+  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
+  static const tnx_plugin_descriptor d = [] {
+    tnx_plugin_descriptor x = kDescriptor;
+    x.vtable = toolnexus::sdk::store_vtable();
+    return x;
+  }();
+  return &d;
+}

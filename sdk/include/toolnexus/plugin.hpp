@@ -1,0 +1,242 @@
+// toolnexus/plugin.hpp: optional header-only C++17 helper for plugin authors.
+//
+// Turns a C++ class derived from toolnexus::sdk::Store into the C vtable of
+// task_store.h, catching every exception at the boundary so that none crosses
+// the C ABI. Also offers the list helpers every simple backend needs: the
+// filter predicate, the order (newest status time first, ties by id), and an
+// opaque keyset cursor.
+//
+// Nothing here is needed by the host; a plugin written in C ignores it.
+#ifndef TOOLNEXUS_PLUGIN_HPP
+#define TOOLNEXUS_PLUGIN_HPP
+
+#include "toolnexus/task_store.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace toolnexus::sdk {
+
+/// Views a borrowed tnx_str. The view lives as long as the tnx_str's bytes.
+inline std::string_view view(tnx_str s) noexcept {
+  return s.len == 0 ? std::string_view() : std::string_view(s.data, static_cast<size_t>(s.len));
+}
+
+/// Makes a tnx_str borrowing `s` (which must outlive the tnx_str's use).
+inline tnx_str str(std::string_view s) noexcept { return tnx_str{s.data(), s.size()}; }
+
+/// The exception a Store method throws to return a status other than TNX_OK.
+/// `message` reaches the host's error buffer (truncated to fit).
+struct Error : std::exception {
+  Error(tnx_status c, std::string m) : code(c), message(std::move(m)) {}
+  const char *what() const noexcept override { return message.c_str(); }
+  tnx_status code;
+  std::string message;
+};
+
+/// Delivers records to the host's sink. Callable on the calling thread only,
+/// during the store call it was given to.
+class RecordOut {
+ public:
+  RecordOut(tnx_record_sink sink, void *ctx) noexcept : sink_(sink), ctx_(ctx) {}
+  /// Passes `rec` (borrowed for the call) to the host. Returns false when the
+  /// host asked to stop.
+  bool operator()(const tnx_task_record &rec) const { return sink_(ctx_, &rec) == 0; }
+
+ private:
+  tnx_record_sink sink_;
+  void *ctx_;
+};
+
+/// A store implemented in C++. One object per open store. Methods report
+/// failure by throwing sdk::Error (any other exception becomes
+/// TNX_EINTERNAL). Thread-safety is the implementer's, as declared by the
+/// descriptor's TNX_CAP_THREAD_SAFE.
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// Delivers the Task `id` through `out`; returns false if there is none.
+  virtual bool get(std::string_view id, const RecordOut &out) = 0;
+  /// Saves `rec` under the CAS rule of task_store.h; returns the new version.
+  virtual uint64_t save(const tnx_task_record &rec, uint64_t expected_version) = 0;
+  /// Deletes `id`; throws Error(TNX_ENOTFOUND) when absent.
+  virtual void del(std::string_view id, uint64_t expected_version) = 0;
+  /// Delivers one page; returns the next cursor or "" on the last page.
+  virtual std::string list(const tnx_list_query &q, const RecordOut &out) = 0;
+  /// Flushes; called once before destruction. Throw Error(TNX_EIO) on loss.
+  virtual void close() {}
+};
+
+namespace detail {
+template <class F>
+tnx_status guarded(char *err, uint32_t cap, F &&f) noexcept {
+  try {
+    return f();
+  } catch (const Error &e) {
+    tnx_set_error(err, cap, e.message.c_str());
+    return e.code;
+  } catch (const std::bad_alloc &) {
+    tnx_set_error(err, cap, "out of memory");
+    return TNX_EINTERNAL;
+  } catch (const std::exception &e) {
+    tnx_set_error(err, cap, e.what());
+    return TNX_EINTERNAL;
+  } catch (...) {
+    tnx_set_error(err, cap, "unknown exception in plugin");
+    return TNX_EINTERNAL;
+  }
+}
+
+inline Store *as_store(tnx_store *s) noexcept { return reinterpret_cast<Store *>(s); }
+}  // namespace detail
+
+/// The vtable whose functions forward to sdk::Store's virtual methods.
+/// Static storage; thread-safe to take.
+inline const tnx_store_vtable *store_vtable() noexcept {
+  static const tnx_store_vtable vt = {
+      TNX_HEADER_INIT(tnx_store_vtable),
+      // get
+      [](tnx_store *s, tnx_str id, tnx_record_sink sink, void *ctx, char *err,
+         uint32_t cap) noexcept -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (id.len == 0) throw Error(TNX_EINVAL, "get: empty task id");
+          if (!detail::as_store(s)->get(view(id), RecordOut(sink, ctx)))
+            throw Error(TNX_ENOTFOUND, "no task with id '" + std::string(view(id)) + "'");
+          return TNX_OK;
+        });
+      },
+      // save
+      [](tnx_store *s, const tnx_task_record *rec, uint64_t expected, uint64_t *out,
+         char *err, uint32_t cap) noexcept -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (rec == nullptr || rec->id.len == 0) throw Error(TNX_EINVAL, "save: empty task id");
+          *out = detail::as_store(s)->save(*rec, expected);
+          return TNX_OK;
+        });
+      },
+      // del
+      [](tnx_store *s, tnx_str id, uint64_t expected, char *err, uint32_t cap) noexcept
+      -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (id.len == 0) throw Error(TNX_EINVAL, "delete: empty task id");
+          detail::as_store(s)->del(view(id), expected);
+          return TNX_OK;
+        });
+      },
+      // list
+      [](tnx_store *s, const tnx_list_query *q, tnx_record_sink rs, tnx_cursor_sink cs,
+         void *ctx, char *err, uint32_t cap) noexcept -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (q == nullptr || q->page_size == 0) throw Error(TNX_EINVAL, "list: page_size is 0");
+          std::string next = detail::as_store(s)->list(*q, RecordOut(rs, ctx));
+          if (!next.empty()) cs(ctx, str(next));
+          return TNX_OK;
+        });
+      },
+      // close
+      [](tnx_store *s, char *err, uint32_t cap) noexcept -> tnx_status {
+        Store *st = detail::as_store(s);
+        tnx_status rc = detail::guarded(err, cap, [&] {
+          st->close();
+          return TNX_OK;
+        });
+        delete st;
+        return rc;
+      },
+  };
+  return &vt;
+}
+
+/// Adapts `Open` (a callable `Store*(const tnx_open_args&)` that throws
+/// sdk::Error on failure) to a tnx_open_fn.
+template <Store *(*Open)(const tnx_open_args &)>
+tnx_status open_trampoline(const tnx_open_args *args, tnx_store **out, char *err,
+                           uint32_t cap) noexcept {
+  return detail::guarded(err, cap, [&] {
+    if (args == nullptr || args->header.abi_major != TNX_ABI_MAJOR)
+      throw Error(TNX_EINVAL, "open: missing arguments or different ABI major");
+    *out = reinterpret_cast<tnx_store *>(Open(*args));
+    return TNX_OK;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// list helpers for backends that sort in memory
+// ---------------------------------------------------------------------------
+
+/// Position of a record in list order: newest status time first, ties by id
+/// ascending. A cursor names the last record of a page; the next page starts
+/// strictly after it.
+struct ListKey {
+  int64_t time_us = TNX_TIME_NONE;
+  std::string id;
+
+  /// True when *this comes before `o` in list order.
+  bool before(int64_t o_time, std::string_view o_id) const noexcept {
+    if (time_us != o_time) return time_us > o_time;
+    return std::string_view(id) < o_id;
+  }
+
+  /// Opaque printable cursor: "<time>.<hex of id>".
+  std::string encode() const {
+    std::string out = std::to_string(time_us);
+    out.push_back('.');
+    static const char *hex = "0123456789abcdef";
+    for (unsigned char c : id) {
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+    return out;
+  }
+
+  /// Parses encode()'s output; throws Error(TNX_EINVAL) on anything else.
+  static ListKey decode(std::string_view c) {
+    ListKey k;
+    size_t dot = c.find('.');
+    auto bad = [&] { return Error(TNX_EINVAL, "list: malformed cursor '" + std::string(c.substr(0, 64)) + "'"); };
+    if (dot == std::string_view::npos || dot == 0 || (c.size() - dot - 1) % 2 != 0) throw bad();
+    std::string t(c.substr(0, dot));
+    char *end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(t.c_str(), &end, 10);
+    if (errno != 0 || end == nullptr || *end != '\0') throw bad();
+    k.time_us = static_cast<int64_t>(v);
+    auto nib = [&](char h) -> int {
+      if (h >= '0' && h <= '9') return h - '0';
+      if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+      throw bad();
+    };
+    for (size_t i = dot + 1; i < c.size(); i += 2)
+      k.id.push_back(static_cast<char>(nib(c[i]) * 16 + nib(c[i + 1])));
+    return k;
+  }
+};
+
+/// True when a record with these index fields passes every filter enabled in
+/// `q` (cursor not included).
+inline bool matches(const tnx_list_query &q, std::string_view context_id, std::string_view state,
+                    std::string_view owner, std::string_view tenant, int64_t time_us) noexcept {
+  const uint32_t f = q.filter_flags;
+  if ((f & TNX_FILTER_CONTEXT_ID) && context_id != view(q.context_id)) return false;
+  if ((f & TNX_FILTER_STATE) && state != view(q.state)) return false;
+  if ((f & TNX_FILTER_OWNER) && owner != view(q.owner)) return false;
+  if ((f & TNX_FILTER_TENANT) && tenant != view(q.tenant)) return false;
+  if ((f & TNX_FILTER_AFTER) && !(time_us > q.after_us)) return false;
+  if ((f & TNX_FILTER_BEFORE) && !(time_us < q.before_us)) return false;
+  return true;
+}
+
+/// Clamped page size of a query (1..TNX_LIST_MAX_PAGE).
+inline uint32_t page_size(const tnx_list_query &q) noexcept {
+  return q.page_size > TNX_LIST_MAX_PAGE ? TNX_LIST_MAX_PAGE : q.page_size;
+}
+
+}  // namespace toolnexus::sdk
+
+#endif  // TOOLNEXUS_PLUGIN_HPP

@@ -1,0 +1,476 @@
+/*
+ * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
+ * storage plugin. ABI version 1.0.
+ *
+ * This is the only header a plugin needs. It is C11 (and compiles as C++).
+ *
+ * ---------------------------------------------------------------------------
+ * Shape of a plugin
+ * ---------------------------------------------------------------------------
+ * A plugin is a shared library that exports exactly one function,
+ * TNX_PLUGIN_ENTRY_NAME ("toolnexus_plugin_entry"):
+ *
+ *     TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *
+ *     toolnexus_plugin_entry(const tnx_host_info *host);
+ *
+ * The host loads the library, calls the entry once, and reads the returned
+ * descriptor: name, version, scheme(s) served, capability flags, the function
+ * that opens a store, and the store vtable (get, save, del, list, close).
+ *
+ * ---------------------------------------------------------------------------
+ * Versioning (modelled on sqlite3_vfs: structs grow, never break)
+ * ---------------------------------------------------------------------------
+ * - Every struct that crosses the boundary starts with a tnx_abi_header:
+ *   its own size in bytes and the ABI major/minor its author compiled with.
+ * - A different major is refused by the host (and should be by the plugin).
+ * - Within one major, structs are append-only. A reader never touches a field
+ *   lying beyond the struct_size the writer reported: it treats such a field
+ *   as absent (zero / NULL). So a plugin built against 1.0 keeps loading in a
+ *   1.7 host, and a 1.7 plugin can see that a 1.0 host did not send a field.
+ * - Only fixed-width integers, pointers and structs of them; no bool, enum
+ *   or bitfield inside a struct.
+ *
+ * ---------------------------------------------------------------------------
+ * Memory and errors
+ * ---------------------------------------------------------------------------
+ * - Nothing allocated on one side is freed on the other. Inputs are borrowed
+ *   for the duration of the call. Results come back through host-provided
+ *   callbacks (tnx_record_sink, tnx_cursor_sink) whose arguments are borrowed
+ *   for the duration of the callback only: the host copies what it keeps.
+ * - Every store function returns a tnx_status: TNX_OK (0) or a negative code
+ *   from the closed set below. On failure the plugin writes a NUL-terminated
+ *   UTF-8 message into the host's error buffer (truncated to fit; the buffer
+ *   may be NULL when capacity is 0). Messages name what was wrong and where
+ *   (file path, id, option), never secrets such as passwords.
+ * - No C++ exception, longjmp or signal may leave a plugin function.
+ *
+ * ---------------------------------------------------------------------------
+ * Threading
+ * ---------------------------------------------------------------------------
+ * - The entry function may be called from any thread, once per load.
+ * - If the descriptor's capabilities include TNX_CAP_THREAD_SAFE, the host may
+ *   call any function of one store from several threads at once. Without it,
+ *   the host serialises all calls on each store (calls on two different
+ *   stores may still run concurrently).
+ * - close() is called exactly once per store, after every other call on it
+ *   has returned, and never concurrently with any of them.
+ *
+ * Task states (TaskState) are the A2A v0.3 spellings: "submitted", "working",
+ * "input-required", "auth-required", "completed", "canceled", "failed",
+ * "rejected", "unknown" (A2A spec v0.3 section 6.3; v1.0 section 4.1.3).
+ */
+#ifndef TOOLNEXUS_TASK_STORE_H
+#define TOOLNEXUS_TASK_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** ABI major version. A host refuses a plugin whose major differs. */
+#define TNX_ABI_MAJOR 1
+/** ABI minor version. Grows when a struct grows; older minors keep loading. */
+#define TNX_ABI_MINOR 0
+
+/** Name of the one exported entry function, for dlsym()/Boost.DLL. */
+#define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
+
+/** Marks the entry function as exported even under -fvisibility=hidden. */
+#if defined(_WIN32)
+#define TNX_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define TNX_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ======================================================================== */
+/* Status codes                                                             */
+/* ======================================================================== */
+
+/** Result of every store call: 0 or one of the negative TNX_E* codes.
+ *  The set is closed and stable: new codes are never added within major 1,
+ *  so a host can switch on it exhaustively. */
+typedef int32_t tnx_status;
+
+/** Success. */
+#define TNX_OK 0
+/** No Task with that id (get, del). Not an error for list. */
+#define TNX_ENOTFOUND (-1)
+/** Compare-and-set failed: the stored version is not the expected one
+ *  (save, del). Nothing was written. */
+#define TNX_ECONFLICT (-2)
+/** The caller passed something invalid: bad location text or option, empty
+ *  id, bad cursor, page size 0. Nothing was written. */
+#define TNX_EINVAL (-3)
+/** An operating system or network call failed: disk full, permission denied,
+ *  connection lost. The previous stored version is intact. */
+#define TNX_EIO (-4)
+/** Stored data could not be decoded (truncated file, bad row, wrong file
+ *  type). The message names where. Never reported as TNX_ENOTFOUND. */
+#define TNX_ECORRUPT (-5)
+/** The plugin does not implement this request (for example a compare-and-set
+ *  save on a store without TNX_CAP_COMPARE_AND_SET). */
+#define TNX_EUNSUPPORTED (-6)
+/** A bug or resource exhaustion inside the plugin (out of memory, caught
+ *  exception). */
+#define TNX_EINTERNAL (-7)
+
+/** Stable upper-case name of a status ("TNX_ENOTFOUND"); "TNX_E?" for a
+ *  value outside the set. Returns a static string; thread-safe. */
+static inline const char *tnx_err_name(tnx_status s) {
+  switch (s) {
+  case TNX_OK: return "TNX_OK";
+  case TNX_ENOTFOUND: return "TNX_ENOTFOUND";
+  case TNX_ECONFLICT: return "TNX_ECONFLICT";
+  case TNX_EINVAL: return "TNX_EINVAL";
+  case TNX_EIO: return "TNX_EIO";
+  case TNX_ECORRUPT: return "TNX_ECORRUPT";
+  case TNX_EUNSUPPORTED: return "TNX_EUNSUPPORTED";
+  case TNX_EINTERNAL: return "TNX_EINTERNAL";
+  default: return "TNX_E?";
+  }
+}
+
+/** Short English description of a status; static string; thread-safe. */
+static inline const char *tnx_strerror(tnx_status s) {
+  switch (s) {
+  case TNX_OK: return "success";
+  case TNX_ENOTFOUND: return "task not found";
+  case TNX_ECONFLICT: return "version conflict";
+  case TNX_EINVAL: return "invalid argument";
+  case TNX_EIO: return "I/O error";
+  case TNX_ECORRUPT: return "corrupt record";
+  case TNX_EUNSUPPORTED: return "operation not supported";
+  case TNX_EINTERNAL: return "internal plugin error";
+  default: return "unknown status";
+  }
+}
+
+/** Copies `msg` (NUL-terminated) into the host's error buffer, truncating to
+ *  fit and always NUL-terminating. Safe with buf == NULL or cap == 0.
+ *  For plugin authors; header-only so a plugin links nothing. */
+static inline void tnx_set_error(char *buf, uint32_t cap, const char *msg) {
+  size_t n;
+  if (buf == NULL || cap == 0) return;
+  if (msg == NULL) msg = "";
+  n = strlen(msg);
+  if (n >= cap) n = (size_t)cap - 1;
+  memcpy(buf, msg, n);
+  buf[n] = '\0';
+}
+
+/* ======================================================================== */
+/* Common pieces                                                            */
+/* ======================================================================== */
+
+/** First member of every struct that crosses the ABI. */
+typedef struct tnx_abi_header {
+  /** sizeof the whole struct as its writer compiled it, in bytes. */
+  uint32_t struct_size;
+  /** TNX_ABI_MAJOR of the writer. */
+  uint16_t abi_major;
+  /** TNX_ABI_MINOR of the writer. */
+  uint16_t abi_minor;
+} tnx_abi_header;
+
+/** Fills a header for a struct of type T (use: TNX_HEADER_INIT(tnx_list_query)). */
+#define TNX_HEADER_INIT(T) {(uint32_t)sizeof(T), TNX_ABI_MAJOR, TNX_ABI_MINOR}
+
+/** True when the struct pointed to by `p` (whose header says how big it is)
+ *  contains the member `m` of type T. Use before reading any member added
+ *  after 1.0. */
+#define TNX_HAS_FIELD(p, T, m) \
+  ((p)->header.struct_size >= offsetof(T, m) + sizeof(((T *)0)->m))
+
+/** A borrowed byte string: `len` bytes at `data`, not NUL-terminated, UTF-8
+ *  unless stated. `data` may be NULL only when len == 0. Empty means absent. */
+typedef struct tnx_str {
+  const char *data;
+  uint64_t len;
+} tnx_str;
+
+/* ======================================================================== */
+/* The record                                                               */
+/* ======================================================================== */
+
+/** Expected version meaning "whatever is stored, or nothing": save and del
+ *  without compare-and-set. */
+#define TNX_VERSION_ANY UINT64_MAX
+/** Expected version meaning "no Task with this id may exist yet". */
+#define TNX_VERSION_NONE ((uint64_t)0)
+
+/** Sentinel for "no status timestamp" in status_time_us. Sorts oldest. */
+#define TNX_TIME_NONE INT64_MIN
+
+/**
+ * One stored Task: the Task JSON plus the fields a backend indexes without
+ * parsing JSON. The host derives the indexed fields from the JSON before a
+ * save (id = "id", context_id = "contextId", state = "status.state",
+ * status_time_us = "status.timestamp"), so they always agree with it.
+ *
+ * Ownership: every tnx_str is borrowed for the duration of the call (save)
+ * or the callback (get/list sinks) only.
+ */
+typedef struct tnx_task_record {
+  tnx_abi_header header;
+  /** Task id, non-empty, any UTF-8 (may contain '/', '.', NUL is refused by
+   *  the host). Unique within a store. */
+  tnx_str id;
+  /** contextId; may be empty. */
+  tnx_str context_id;
+  /** TaskState, v0.3 spelling ("input-required"); may be empty. */
+  tnx_str state;
+  /** status.timestamp as microseconds since 1970-01-01T00:00:00Z, or
+   *  TNX_TIME_NONE. */
+  int64_t status_time_us;
+  /** Owner principal (who may see the Task); empty = none. */
+  tnx_str owner;
+  /** Tenant; empty = none. */
+  tnx_str tenant;
+  /** The whole Task as a UTF-8 JSON object, exactly the bytes to return on
+   *  get. A store returns these bytes unchanged. */
+  tnx_str task_json;
+  /** Stored version. Ignored on save input; on output (get, list) the current
+   *  version: never 0, and every save of an id gives it a version greater
+   *  than any earlier one of that id seen through the same open store
+   *  (1, 2, 3, ... is the usual numbering). A store without
+   *  TNX_CAP_MULTI_PROCESS may number afresh when reopened. */
+  uint64_t version;
+} tnx_task_record;
+
+/**
+ * Receives one record from get or list. Called on the thread that called the
+ * store function, before that function returns. `rec` and everything it
+ * points to are valid only during the call.
+ * Return 0 to continue, non-zero to stop a list early (the store then returns
+ * TNX_OK without producing a next cursor).
+ */
+typedef int32_t (*tnx_record_sink)(void *ctx, const tnx_task_record *rec);
+
+/**
+ * Receives the opaque cursor of the next page from list (printable ASCII, at
+ * most 1024 bytes). Called at most once per list call, only when another page
+ * exists. `cursor` is valid only during the call.
+ */
+typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
+
+/* ======================================================================== */
+/* list                                                                     */
+/* ======================================================================== */
+
+/** filter_flags bits of tnx_list_query: which filters apply. A filter whose
+ *  bit is clear is ignored (so an empty owner can be filtered for). */
+#define TNX_FILTER_CONTEXT_ID ((uint32_t)1u << 0)
+#define TNX_FILTER_STATE ((uint32_t)1u << 1)
+#define TNX_FILTER_OWNER ((uint32_t)1u << 2)
+#define TNX_FILTER_TENANT ((uint32_t)1u << 3)
+#define TNX_FILTER_AFTER ((uint32_t)1u << 4)
+#define TNX_FILTER_BEFORE ((uint32_t)1u << 5)
+
+/** Largest page_size a store must honour; larger requests are clamped. */
+#define TNX_LIST_MAX_PAGE 1000u
+
+/**
+ * What list returns: the records matching every enabled filter, sorted by
+ * status_time_us descending (newest first), ties by id ascending (bytewise),
+ * at most page_size of them, starting after `cursor`.
+ * Order rule: A2A ListTasks (v1.0 section 9.4.4 / a2a-notes "ListTasks").
+ */
+typedef struct tnx_list_query {
+  tnx_abi_header header;
+  /** Which of the filters below apply (TNX_FILTER_* bits). */
+  uint32_t filter_flags;
+  /** Maximum records to return, 1..TNX_LIST_MAX_PAGE (larger is clamped;
+   *  0 is TNX_EINVAL). */
+  uint32_t page_size;
+  /** Exact contextId match. */
+  tnx_str context_id;
+  /** Exact state match. */
+  tnx_str state;
+  /** Exact owner match. */
+  tnx_str owner;
+  /** Exact tenant match. */
+  tnx_str tenant;
+  /** Only records with status_time_us > after_us (strictly). */
+  int64_t after_us;
+  /** Only records with status_time_us < before_us (strictly). */
+  int64_t before_us;
+  /** Opaque cursor from a previous call's tnx_cursor_sink, or empty for the
+   *  first page. A cursor stays valid while Tasks are added or removed (a
+   *  keyset, not an offset). A malformed cursor is TNX_EINVAL. */
+  tnx_str cursor;
+  /** Non-zero: records may be delivered with empty task_json (index fields
+   *  only). A store may ignore this and deliver the JSON anyway. */
+  uint32_t omit_json;
+  uint32_t reserved0;
+} tnx_list_query;
+
+/* ======================================================================== */
+/* The store vtable                                                         */
+/* ======================================================================== */
+
+/** An open store: an opaque plugin-owned object, from open() until close(). */
+typedef struct tnx_store tnx_store;
+
+/**
+ * The store functions. One vtable per plugin (static storage in the plugin),
+ * shared by every store it opens. All function pointers are required.
+ *
+ * Common arguments of every function:
+ *   store    an open store from this plugin's open(); never NULL.
+ *   err/err_cap  host buffer for a NUL-terminated message on failure; the
+ *            plugin must not write beyond err_cap bytes (tnx_set_error()).
+ */
+typedef struct tnx_store_vtable {
+  tnx_abi_header header;
+
+  /**
+   * get: reads the Task with id `id` and delivers it to `sink` exactly once.
+   * Returns TNX_OK (sink called), TNX_ENOTFOUND (sink not called),
+   * TNX_ECORRUPT (the stored bytes are unreadable; message names where),
+   * TNX_EIO, TNX_EINVAL (empty id), TNX_EINTERNAL.
+   * Threading: see header comment. Ownership: `id` borrowed for the call.
+   */
+  tnx_status (*get)(tnx_store *store, tnx_str id, tnx_record_sink sink,
+                    void *sink_ctx, char *err, uint32_t err_cap);
+
+  /**
+   * save: stores `rec` (all fields but `version`), replacing any previous
+   * version of the same id, atomically: after a failure the previous version
+   * is intact and readable, after success the new one is.
+   * expected_version: TNX_VERSION_ANY (no check), TNX_VERSION_NONE (must not
+   * exist) or the version that must currently be stored.
+   * On TNX_OK, *out_version (never NULL) receives the new version.
+   * Returns TNX_OK, TNX_ECONFLICT (nothing written), TNX_EINVAL (empty id,
+   * bad field), TNX_EIO (nothing changed; e.g. disk full), TNX_EUNSUPPORTED
+   * (CAS requested without TNX_CAP_COMPARE_AND_SET), TNX_EINTERNAL.
+   * A store with TNX_CAP_DURABLE reports TNX_OK only once the data survives
+   * a crash of the machine.
+   */
+  tnx_status (*save)(tnx_store *store, const tnx_task_record *rec,
+                     uint64_t expected_version, uint64_t *out_version,
+                     char *err, uint32_t err_cap);
+
+  /**
+   * del: removes the Task `id`. expected_version as for save.
+   * Returns TNX_OK, TNX_ENOTFOUND, TNX_ECONFLICT, TNX_EIO, TNX_EINVAL,
+   * TNX_EINTERNAL.
+   */
+  tnx_status (*del)(tnx_store *store, tnx_str id, uint64_t expected_version,
+                    char *err, uint32_t err_cap);
+
+  /**
+   * list: delivers the matching records of one page, in order, to
+   * `record_sink`, then (only if more records may follow) the next cursor to
+   * `cursor_sink`. A record that cannot be decoded is not skipped: list stops
+   * and returns TNX_ECORRUPT naming it.
+   * Returns TNX_OK (possibly with zero records), TNX_EINVAL (bad query or
+   * cursor), TNX_ECORRUPT, TNX_EIO, TNX_EINTERNAL.
+   */
+  tnx_status (*list)(tnx_store *store, const tnx_list_query *query,
+                     tnx_record_sink record_sink, tnx_cursor_sink cursor_sink,
+                     void *sink_ctx, char *err, uint32_t err_cap);
+
+  /**
+   * close: flushes and frees the store. Called exactly once; `store` is
+   * invalid afterwards whatever the result. Returns TNX_OK or TNX_EIO (a
+   * final flush failed; the message says what may be lost).
+   */
+  tnx_status (*close)(tnx_store *store, char *err, uint32_t err_cap);
+} tnx_store_vtable;
+
+/* ======================================================================== */
+/* Descriptor                                                               */
+/* ======================================================================== */
+
+/** capabilities bits of tnx_plugin_descriptor. */
+/** Functions of one store may be called concurrently. Without it the host
+ *  serialises calls on each store. */
+#define TNX_CAP_THREAD_SAFE ((uint64_t)1u << 0)
+/** list honours page_size and produces cursors (otherwise the host expects
+ *  all matches in one call and pages itself). */
+#define TNX_CAP_PAGINATED_LIST ((uint64_t)1u << 1)
+/** save/del honour expected_version (compare-and-set). */
+#define TNX_CAP_COMPARE_AND_SET ((uint64_t)1u << 2)
+/** A save reported TNX_OK survives a process crash and a power loss. */
+#define TNX_CAP_DURABLE ((uint64_t)1u << 3)
+/** Several processes may open the same location at once, and
+ *  compare-and-set holds between them. */
+#define TNX_CAP_MULTI_PROCESS ((uint64_t)1u << 4)
+/** Tasks outlive the process (not an in-memory store). */
+#define TNX_CAP_PERSISTENT ((uint64_t)1u << 5)
+
+/** What the host tells the plugin about itself, passed to the entry. */
+typedef struct tnx_host_info {
+  tnx_abi_header header;
+  /** Host program name, NUL-terminated, e.g. "toolnexus". */
+  const char *host_name;
+  /** Host version, NUL-terminated, e.g. "0.1.0". */
+  const char *host_version;
+} tnx_host_info;
+
+/** Arguments of open(). */
+typedef struct tnx_open_args {
+  tnx_abi_header header;
+  /** The scheme of the selector, as listed in the descriptor ("file"). */
+  tnx_str scheme;
+  /** Everything after "<scheme>:" in the selector (may be empty; may contain
+   *  "?option=value&..." if the plugin documents options). For schemes that
+   *  are URIs (postgresql://...) the full selector is in `selector`. */
+  tnx_str location;
+  /** The whole selector as the user wrote it. May contain secrets: never put
+   *  it in an error message as is. */
+  tnx_str selector;
+} tnx_open_args;
+
+/**
+ * open: creates a store for `args->location`. On TNX_OK, *out_store receives
+ * a store that stays valid until close(). On failure *out_store is untouched
+ * and the message says what was wrong with the location and where.
+ * Returns TNX_OK, TNX_EINVAL (bad location or option), TNX_EIO, TNX_ECORRUPT
+ * (existing data unreadable), TNX_EUNSUPPORTED (e.g. schema too new),
+ * TNX_EINTERNAL. Thread-safe: may be called concurrently.
+ */
+typedef tnx_status (*tnx_open_fn)(const tnx_open_args *args,
+                                  tnx_store **out_store, char *err,
+                                  uint32_t err_cap);
+
+/**
+ * What the entry function returns. Static storage in the plugin: valid until
+ * the library is unloaded (the host never unloads a library a live store came
+ * from). All pointers non-NULL unless stated.
+ */
+typedef struct tnx_plugin_descriptor {
+  tnx_abi_header header;
+  /** Plugin name, NUL-terminated, e.g. "toolnexus-file". */
+  const char *name;
+  /** Plugin version, NUL-terminated, e.g. "1.2.0". */
+  const char *version;
+  /** One-line description, NUL-terminated; may be NULL. */
+  const char *description;
+  /** NULL-terminated array of schemes served (lower-case [a-z0-9+.-]+, no
+   *  colon), at least one. */
+  const char *const *schemes;
+  /** TNX_CAP_* bits. */
+  uint64_t capabilities;
+  /** Opens a store. */
+  tnx_open_fn open;
+  /** The vtable of every store this plugin opens. */
+  const tnx_store_vtable *vtable;
+} tnx_plugin_descriptor;
+
+/**
+ * The entry function type. `host` is valid during the call only. Returns the
+ * descriptor, or NULL when the plugin cannot work with this host (for example
+ * a different ABI major); never throws.
+ */
+typedef const tnx_plugin_descriptor *(*tnx_plugin_entry_fn)(
+    const tnx_host_info *host);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TOOLNEXUS_TASK_STORE_H */
