@@ -106,7 +106,8 @@ class MemoryStore final : public toolnexus::sdk::Store {
 
  private:
   static tnx_task_record record(const std::string &id, const Entry &e, bool omit_json) {
-    tnx_task_record r = TNX_HEADER_INIT(tnx_task_record);
+    tnx_task_record r{};
+    r.header = tnx_header(sizeof r);
     r.id = toolnexus::sdk::str(id);
     r.context_id = toolnexus::sdk::str(e.context_id);
     r.state = toolnexus::sdk::str(e.state);
@@ -146,7 +147,13 @@ const tnx_plugin_descriptor kDescriptor = {
 
 }  // namespace
 
-extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(
+// The same source is compiled into core as the embedded default, under
+// another entry name (core/CMakeLists.txt defines TNX_MEMORY_ENTRY).
+#ifndef TNX_MEMORY_ENTRY
+#define TNX_MEMORY_ENTRY toolnexus_plugin_entry
+#endif
+
+extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *TNX_MEMORY_ENTRY(
     const tnx_host_info *host) {
   if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
   static const tnx_plugin_descriptor d = [] {

@@ -175,8 +175,21 @@ typedef struct tnx_abi_header {
   uint16_t abi_minor;
 } tnx_abi_header;
 
-/** Fills a header for a struct of type T (use: TNX_HEADER_INIT(tnx_list_query)). */
+/** Brace initializer of the header member of a struct of type T, for a
+ *  full static initializer:
+ *  `static const tnx_store_vtable vt = {TNX_HEADER_INIT(tnx_store_vtable), get, ...};` */
 #define TNX_HEADER_INIT(T) {(uint32_t)sizeof(T), TNX_ABI_MAJOR, TNX_ABI_MINOR}
+
+/** A header for a struct of `struct_size` bytes of this ABI version. Use
+ *  with a zeroed struct: `tnx_list_query q; memset(&q, 0, sizeof q);
+ *  q.header = tnx_header(sizeof q);` (C++: `tnx_list_query q{};`). */
+static inline tnx_abi_header tnx_header(size_t struct_size) {
+  tnx_abi_header h;
+  h.struct_size = (uint32_t)struct_size;
+  h.abi_major = TNX_ABI_MAJOR;
+  h.abi_minor = TNX_ABI_MINOR;
+  return h;
+}
 
 /** True when the struct pointed to by `p` (whose header says how big it is)
  *  contains the member `m` of type T. Use before reading any member added

@@ -1,0 +1,271 @@
+// The adapter from a plugin's C vtable to the C++ TaskStore interface: the
+// one place where C++ calls cross into a plugin.
+#include "plugin_store.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
+
+namespace toolnexus::detail {
+namespace {
+
+constexpr uint32_t kErrCap = 1024;
+
+tnx_str cstr(std::string_view s) noexcept { return tnx_str{s.data(), s.size()}; }
+std::string_view sv(tnx_str s) noexcept {
+  return s.len == 0 ? std::string_view() : std::string_view(s.data, static_cast<size_t>(s.len));
+}
+
+// Smallest record a 1.0 plugin may hand back: up to and including `version`.
+constexpr uint32_t kMinRecordSize = static_cast<uint32_t>(offsetof(tnx_task_record, version) + sizeof(uint64_t));
+
+bool copy_record(const tnx_task_record *r, TaskRecord &out) noexcept {
+  if (r == nullptr || r->header.struct_size < kMinRecordSize || r->header.abi_major != TNX_ABI_MAJOR)
+    return false;
+  try {
+    out.id.assign(sv(r->id));
+    out.context_id.assign(sv(r->context_id));
+    out.state.assign(sv(r->state));
+    out.status_time_us = r->status_time_us;
+    out.owner.assign(sv(r->owner));
+    out.tenant.assign(sv(r->tenant));
+    out.json.assign(sv(r->task_json));
+    out.version = r->version;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+struct GetCtx {
+  TaskRecord rec;
+  bool got = false;
+  bool bad = false;
+};
+
+struct ListCtx {
+  ListPage page;
+  bool bad = false;
+};
+
+class PluginStore final : public TaskStore {
+ public:
+  PluginStore(std::shared_ptr<LoadedPlugin> plugin, tnx_store *handle, std::string scheme,
+              std::string display)
+      : plugin_(std::move(plugin)),
+        vt_(plugin_->descriptor->vtable),
+        handle_(handle),
+        serialize_((plugin_->descriptor->capabilities & TNX_CAP_THREAD_SAFE) == 0),
+        scheme_(std::move(scheme)),
+        display_(std::move(display)) {}
+
+  ~PluginStore() override {
+    try {
+      close();
+    } catch (...) {
+    }
+  }
+
+  std::optional<TaskRecord> get(std::string_view id) override {
+    GetCtx ctx;
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->get(handle_, cstr(id), &on_get, &ctx, err, kErrCap);
+    }
+    if (rc == TNX_ENOTFOUND) return std::nullopt;
+    check(rc, err, "get");
+    if (ctx.bad || !ctx.got) fail_protocol("get delivered no valid record");
+    return std::move(ctx.rec);
+  }
+
+  void remove(std::string_view id, uint64_t expected_version) override {
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->del(handle_, cstr(id), expected_version, err, kErrCap);
+    }
+    check(rc, err, "delete");
+  }
+
+  ListPage list(const ListQuery &q) override {
+    tnx_list_query cq{};
+    cq.header = tnx_header(sizeof cq);
+    if (q.context_id) { cq.filter_flags |= TNX_FILTER_CONTEXT_ID; cq.context_id = cstr(*q.context_id); }
+    if (q.state) { cq.filter_flags |= TNX_FILTER_STATE; cq.state = cstr(*q.state); }
+    if (q.owner) { cq.filter_flags |= TNX_FILTER_OWNER; cq.owner = cstr(*q.owner); }
+    if (q.tenant) { cq.filter_flags |= TNX_FILTER_TENANT; cq.tenant = cstr(*q.tenant); }
+    if (q.after_us) { cq.filter_flags |= TNX_FILTER_AFTER; cq.after_us = *q.after_us; }
+    if (q.before_us) { cq.filter_flags |= TNX_FILTER_BEFORE; cq.before_us = *q.before_us; }
+    if (q.page_size == 0 || q.page_size > TNX_LIST_MAX_PAGE)
+      throw StoreError(Status::invalid_argument,
+                       "list: page size must be 1.." + std::to_string(TNX_LIST_MAX_PAGE) + ", got " +
+                           std::to_string(q.page_size));
+    cq.page_size = q.page_size;
+    cq.cursor = cstr(q.cursor);
+    cq.omit_json = q.omit_json ? 1u : 0u;
+    ListCtx ctx;
+    ctx.page.records.reserve(q.page_size < 64 ? q.page_size : 64);
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->list(handle_, &cq, &on_list, &on_cursor, &ctx, err, kErrCap);
+    }
+    check(rc, err, "list");
+    if (ctx.bad) fail_protocol("list delivered an invalid record");
+    return std::move(ctx.page);
+  }
+
+  StoreInfo info() const override {
+    StoreInfo i;
+    i.scheme = scheme_;
+    i.plugin_name = plugin_->info.name;
+    i.plugin_version = plugin_->info.version;
+    i.plugin_path = plugin_->info.path;
+    i.capabilities = plugin_->descriptor->capabilities;
+    return i;
+  }
+
+  void close() override {
+    std::unique_lock lock(mu_);
+    if (handle_ == nullptr) return;
+    char err[kErrCap] = {0};
+    tnx_status rc = vt_->close(handle_, err, kErrCap);
+    handle_ = nullptr;
+    check(rc, err, "close");
+  }
+
+ protected:
+  uint64_t do_save(const TaskRecord &r, uint64_t expected_version) override {
+    tnx_task_record cr{};
+    cr.header = tnx_header(sizeof cr);
+    cr.id = cstr(r.id);
+    cr.context_id = cstr(r.context_id);
+    cr.state = cstr(r.state);
+    cr.status_time_us = r.status_time_us;
+    cr.owner = cstr(r.owner);
+    cr.tenant = cstr(r.tenant);
+    cr.task_json = cstr(r.json);
+    cr.version = 0;
+    uint64_t version = 0;
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->save(handle_, &cr, expected_version, &version, err, kErrCap);
+    }
+    check(rc, err, "save");
+    return version;
+  }
+
+ private:
+  // Shared lock for calls (exclusive when the plugin is not thread-safe), so
+  // close() never runs concurrently with a call.
+  class Guard {
+   public:
+    explicit Guard(PluginStore &s) : s_(s) {
+      if (s_.serialize_) s_.mu_.lock();
+      else s_.mu_.lock_shared();
+      if (s_.handle_ == nullptr) {
+        unlock();
+        throw StoreError(Status::invalid_argument, "store " + s_.display_ + " is closed");
+      }
+    }
+    ~Guard() { unlock(); }
+    Guard(const Guard &) = delete;
+    Guard &operator=(const Guard &) = delete;
+
+   private:
+    void unlock() {
+      if (done_) return;
+      done_ = true;
+      if (s_.serialize_) s_.mu_.unlock();
+      else s_.mu_.unlock_shared();
+    }
+    PluginStore &s_;
+    bool done_ = false;
+  };
+
+  static int32_t on_get(void *c, const tnx_task_record *r) {
+    auto *ctx = static_cast<GetCtx *>(c);
+    if (ctx->got) return 1;
+    if (!copy_record(r, ctx->rec)) ctx->bad = true;
+    ctx->got = true;
+    return 0;
+  }
+  static int32_t on_list(void *c, const tnx_task_record *r) {
+    auto *ctx = static_cast<ListCtx *>(c);
+    try {
+      ctx->page.records.emplace_back();
+    } catch (...) {
+      ctx->bad = true;
+      return 1;
+    }
+    if (!copy_record(r, ctx->page.records.back())) {
+      ctx->bad = true;
+      return 1;
+    }
+    return 0;
+  }
+  static void on_cursor(void *c, tnx_str cursor) {
+    auto *ctx = static_cast<ListCtx *>(c);
+    try {
+      ctx->page.next_cursor.assign(sv(cursor));
+    } catch (...) {
+      ctx->bad = true;
+    }
+  }
+
+  void check(tnx_status rc, const char *err, const char *op) const {
+    if (rc == TNX_OK) return;
+    std::string msg = std::string(op) + " on " + display_ + " failed: " + tnx_strerror(rc);
+    if (err != nullptr && err[0] != '\0') msg += std::string(": ") + err;
+    Status st = Status::internal;
+    if (rc <= TNX_ENOTFOUND && rc >= TNX_EINTERNAL) st = static_cast<Status>(rc);
+    else msg += " (plugin returned unknown status " + std::to_string(rc) + ")";
+    throw StoreError(st, msg);
+  }
+
+  [[noreturn]] void fail_protocol(const char *what) const {
+    throw StoreError(Status::internal, "plugin " + plugin_->info.path + " broke the ABI: " + what);
+  }
+
+  std::shared_ptr<LoadedPlugin> plugin_;
+  const tnx_store_vtable *vt_;
+  tnx_store *handle_;
+  const bool serialize_;
+  std::string scheme_;
+  std::string display_;
+  std::shared_mutex mu_;
+};
+
+}  // namespace
+
+std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugin,
+                                             std::string_view scheme, std::string_view location,
+                                             std::string_view selector, const std::string &display) {
+  tnx_open_args args{};
+    args.header = tnx_header(sizeof args);
+  args.scheme = cstr(scheme);
+  args.location = cstr(location);
+  args.selector = cstr(selector);
+  tnx_store *handle = nullptr;
+  char err[kErrCap] = {0};
+  tnx_status rc = plugin->descriptor->open(&args, &handle, err, kErrCap);
+  if (rc != TNX_OK || handle == nullptr) {
+    std::string msg = "cannot open store " + display + " with plugin " + plugin->info.name + " (" +
+                      plugin->info.path + "): " +
+                      (err[0] != '\0' ? std::string(err) : std::string(tnx_strerror(rc)));
+    if (rc == TNX_EINVAL) throw std::invalid_argument(msg);
+    Status st = (rc <= TNX_ENOTFOUND && rc >= TNX_EINTERNAL) ? static_cast<Status>(rc) : Status::internal;
+    if (rc == TNX_OK) st = Status::internal;
+    throw StoreError(st, msg);
+  }
+  return std::make_shared<PluginStore>(std::move(plugin), handle, std::string(scheme), display);
+}
+
+}  // namespace toolnexus::detail

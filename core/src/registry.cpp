@@ -1,0 +1,420 @@
+// The plugin registry: finds plugin libraries, loads them with Boost.DLL,
+// checks their ABI and descriptor, maps schemes to them; resolve_store().
+#include "toolnexus/registry.hpp"
+
+#include "plugin_store.hpp"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+
+#ifndef TOOLNEXUS_VERSION
+#define TOOLNEXUS_VERSION "0.0.0"
+#endif
+
+// The memory plugin compiled into core as well (see core/CMakeLists.txt), used
+// only when no plugin library serves "memory": the embedded default.
+extern "C" const tnx_plugin_descriptor *toolnexus_embedded_memory_entry(const tnx_host_info *host);
+
+namespace fs = std::filesystem;
+
+namespace toolnexus {
+
+using detail::LoadedPlugin;
+
+std::string capability_names(uint64_t caps) {
+  static const std::pair<uint64_t, const char *> names[] = {
+      {TNX_CAP_THREAD_SAFE, "thread-safe"},   {TNX_CAP_PAGINATED_LIST, "paginated-list"},
+      {TNX_CAP_COMPARE_AND_SET, "compare-and-set"}, {TNX_CAP_DURABLE, "durable"},
+      {TNX_CAP_MULTI_PROCESS, "multi-process"}, {TNX_CAP_PERSISTENT, "persistent"},
+  };
+  std::string out;
+  for (const auto &[bit, name] : names) {
+    if ((caps & bit) == 0) continue;
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  uint64_t known = 0;
+  for (const auto &n : names) known |= n.first;
+  if ((caps & ~known) != 0) {
+    if (!out.empty()) out += ',';
+    out += "unknown-bits";
+  }
+  return out;
+}
+
+namespace {
+
+bool valid_scheme(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 64 || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The selector for messages: a password in "scheme://user:pass@host" masked.
+std::string redact(std::string_view selector) {
+  std::string s(selector);
+  size_t scheme_end = s.find("://");
+  if (scheme_end == std::string::npos) return "'" + s + "'";
+  size_t auth_start = scheme_end + 3;
+  size_t at = s.find('@', auth_start);
+  size_t slash = s.find('/', auth_start);
+  if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
+    size_t colon = s.find(':', auth_start);
+    if (colon != std::string::npos && colon < at) s.replace(colon + 1, at - colon - 1, "***");
+  }
+  // password=... in a query string
+  for (const char *key : {"password=", "PASSWORD="}) {
+    size_t p = s.find(key);
+    if (p != std::string::npos) {
+      size_t v = p + std::string_view(key).size();
+      size_t e = s.find('&', v);
+      s.replace(v, (e == std::string::npos ? s.size() : e) - v, "***");
+    }
+  }
+  return "'" + s + "'";
+}
+
+std::vector<fs::path> split_path_list(const char *value) {
+  std::vector<fs::path> out;
+  if (value == nullptr) return out;
+  std::string_view v(value);
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t end = v.find(':', start);
+    if (end == std::string_view::npos) end = v.size();
+    if (end > start) out.emplace_back(std::string(v.substr(start, end - start)));
+    start = end + 1;
+  }
+  return out;
+}
+
+fs::path absolute_lexical(const fs::path &p) {
+  std::error_code ec;
+  fs::path a = fs::absolute(p, ec);
+  return (ec ? p : a).lexically_normal();
+}
+
+constexpr uint32_t kMinDescriptorSize =
+    static_cast<uint32_t>(offsetof(tnx_plugin_descriptor, vtable) + sizeof(void *));
+constexpr uint32_t kMinVtableSize = static_cast<uint32_t>(offsetof(tnx_store_vtable, close) + sizeof(void *));
+
+const tnx_host_info &host_info() {
+  static const tnx_host_info h = {TNX_HEADER_INIT(tnx_host_info), "toolnexus", TOOLNEXUS_VERSION};
+  return h;
+}
+
+// Checks a descriptor; returns "" when sound, else the reason.
+std::string check_descriptor(const tnx_plugin_descriptor *d) {
+  if (d == nullptr)
+    return "entry function returned no descriptor (the plugin refused this host, which speaks ABI " +
+           std::to_string(TNX_ABI_MAJOR) + "." + std::to_string(TNX_ABI_MINOR) + ")";
+  if (d->header.abi_major != TNX_ABI_MAJOR)
+    return "plugin was built for ABI " + std::to_string(d->header.abi_major) + "." +
+           std::to_string(d->header.abi_minor) + " but this host speaks ABI " +
+           std::to_string(TNX_ABI_MAJOR) + "." + std::to_string(TNX_ABI_MINOR) +
+           " (a different major version is never loaded)";
+  if (d->header.struct_size < kMinDescriptorSize)
+    return "descriptor is " + std::to_string(d->header.struct_size) + " bytes, ABI 1.0 needs at least " +
+           std::to_string(kMinDescriptorSize);
+  if (d->name == nullptr || d->name[0] == '\0') return "descriptor has no name";
+  if (d->version == nullptr) return "descriptor has no version";
+  if (d->schemes == nullptr || d->schemes[0] == nullptr) return "descriptor lists no scheme";
+  for (const char *const *s = d->schemes; *s != nullptr; ++s) {
+    if (!valid_scheme(*s))
+      return std::string("descriptor lists an invalid scheme '") + *s +
+             "' (lower-case letter first, then [a-z0-9+.-], no colon)";
+  }
+  if (d->open == nullptr) return "descriptor has no open function";
+  const tnx_store_vtable *vt = d->vtable;
+  if (vt == nullptr) return "descriptor has no vtable";
+  if (vt->header.abi_major != TNX_ABI_MAJOR)
+    return "vtable was built for ABI major " + std::to_string(vt->header.abi_major);
+  if (vt->header.struct_size < kMinVtableSize)
+    return "vtable is " + std::to_string(vt->header.struct_size) + " bytes, ABI 1.0 needs at least " +
+           std::to_string(kMinVtableSize);
+  if (vt->get == nullptr || vt->save == nullptr || vt->del == nullptr || vt->list == nullptr ||
+      vt->close == nullptr)
+    return "vtable is missing a function (get, save, del, list and close are all required)";
+  return {};
+}
+
+PluginInfo info_from(const tnx_plugin_descriptor *d, const std::string &path) {
+  PluginInfo i;
+  i.path = path;
+  i.name = d->name;
+  i.version = d->version;
+  if (d->description != nullptr) i.description = d->description;
+  for (const char *const *s = d->schemes; *s != nullptr; ++s) i.schemes.emplace_back(*s);
+  i.capabilities = d->capabilities;
+  i.abi_major = d->header.abi_major;
+  i.abi_minor = d->header.abi_minor;
+  return i;
+}
+
+}  // namespace
+
+struct PluginRegistry::Impl {
+  mutable std::mutex mu;
+  std::vector<fs::path> added;
+  bool use_env = true;
+  bool use_default = true;
+  std::set<std::string> seen;  // canonical paths already considered
+  std::vector<std::shared_ptr<LoadedPlugin>> loaded;
+  std::vector<PluginFailure> failures;
+  std::map<std::string, std::shared_ptr<LoadedPlugin>, std::less<>> by_scheme;
+  std::shared_ptr<LoadedPlugin> embedded_memory;
+
+  void fail(const std::string &path, const std::string &reason) { failures.push_back({path, reason}); }
+
+  // Registers a checked plugin; refuses it when one of its schemes is taken.
+  bool add(std::shared_ptr<LoadedPlugin> p, std::string *why) {
+    for (const auto &s : p->info.schemes) {
+      auto it = by_scheme.find(s);
+      if (it != by_scheme.end()) {
+        std::string reason = "scheme '" + s + "' is already served by " + it->second->info.path +
+                             " (loaded earlier in the search path); this plugin is not used";
+        fail(p->info.path, reason);
+        if (why != nullptr) *why = reason;
+        return false;
+      }
+    }
+    for (const auto &s : p->info.schemes) by_scheme.emplace(s, p);
+    loaded.push_back(std::move(p));
+    return true;
+  }
+
+  bool load_file_locked(const fs::path &file, std::string *why) {
+    std::error_code ec;
+    fs::path canon = fs::canonical(file, ec);
+    std::string shown = ec ? absolute_lexical(file).string() : canon.string();
+    auto refuse = [&](const std::string &reason) {
+      fail(shown, reason);
+      if (why != nullptr) *why = reason;
+      return false;
+    };
+    if (ec) return refuse("cannot resolve path: " + ec.message());
+    if (!seen.insert(shown).second) {
+      for (const auto &p : loaded)
+        if (p->info.path == shown) return true;
+      if (why != nullptr) *why = "already refused";
+      return false;
+    }
+    if (!fs::is_regular_file(canon, ec)) return refuse("not a regular file");
+
+    boost::dll::shared_library lib;
+    boost::dll::fs::error_code lec;
+    lib.load(canon, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, lec);
+    if (lec || !lib.is_loaded()) return refuse("not a loadable shared library: " + lec.message());
+    if (!lib.has(TNX_PLUGIN_ENTRY_NAME))
+      return refuse(std::string("not a toolnexus plugin: no exported function '") + TNX_PLUGIN_ENTRY_NAME + "'");
+    auto entry = lib.get<const tnx_plugin_descriptor *(const tnx_host_info *)>(TNX_PLUGIN_ENTRY_NAME);
+    const tnx_plugin_descriptor *d = entry(&host_info());
+    std::string bad = check_descriptor(d);
+    if (!bad.empty()) return refuse(bad);
+
+    auto p = std::make_shared<LoadedPlugin>();
+    // The library is kept alive by every LoadedPlugin copy and so by every
+    // store opened from it.
+    p->library = std::make_shared<boost::dll::shared_library>(std::move(lib));
+    p->descriptor = d;
+    p->info = info_from(d, shown);
+    return add(std::move(p), why);
+  }
+
+  std::vector<fs::path> search_path() const {
+    std::vector<fs::path> dirs;
+    if (use_env)
+      for (auto &d : split_path_list(std::getenv(kPluginPathEnv))) dirs.push_back(absolute_lexical(d));
+    for (auto &d : added) dirs.push_back(absolute_lexical(d));
+    if (use_default)
+      for (auto &d : PluginRegistry::default_directories()) dirs.push_back(d);
+    std::vector<fs::path> unique;
+    for (auto &d : dirs)
+      if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
+    return unique;
+  }
+
+  void load_locked() {
+    for (const auto &dir : search_path()) {
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) {
+        std::string key = "dir:" + dir.string();
+        if (seen.insert(key).second) fail(dir.string(), "plugin directory does not exist or is not a directory");
+        continue;
+      }
+      std::vector<fs::path> files;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const fs::path &p = it->path();
+        if (p.extension() != ".so") continue;
+        std::error_code sec;
+        if (!it->is_regular_file(sec)) continue;
+        files.push_back(p);
+      }
+      if (ec) {
+        fail(dir.string(), "cannot read plugin directory: " + ec.message());
+        continue;
+      }
+      std::sort(files.begin(), files.end());
+      for (const auto &f : files) load_file_locked(f, nullptr);
+    }
+    // The embedded memory store is the fallback for "memory" only.
+    if (by_scheme.find("memory") == by_scheme.end()) {
+      if (!embedded_memory) {
+        const tnx_plugin_descriptor *d = toolnexus_embedded_memory_entry(&host_info());
+        embedded_memory = std::make_shared<LoadedPlugin>();
+        embedded_memory->descriptor = d;
+        embedded_memory->info = info_from(d, "<embedded in libtoolnexus>");
+      }
+      by_scheme.emplace("memory", embedded_memory);
+      loaded.push_back(embedded_memory);
+    }
+  }
+};
+
+PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {}
+PluginRegistry::~PluginRegistry() = default;
+
+PluginRegistry &PluginRegistry::global() {
+  // Never destroyed: stores may outlive static destruction order.
+  static PluginRegistry *r = new PluginRegistry();
+  return *r;
+}
+
+void PluginRegistry::add_directory(const fs::path &dir) {
+  std::lock_guard lock(impl_->mu);
+  impl_->added.push_back(dir);
+}
+
+void PluginRegistry::use_environment(bool on) {
+  std::lock_guard lock(impl_->mu);
+  impl_->use_env = on;
+}
+
+void PluginRegistry::use_default_directory(bool on) {
+  std::lock_guard lock(impl_->mu);
+  impl_->use_default = on;
+}
+
+std::vector<fs::path> PluginRegistry::search_path() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->search_path();
+}
+
+std::vector<fs::path> PluginRegistry::default_directories() {
+  std::vector<fs::path> out;
+  auto consider = [&](const fs::path &p) {
+    std::error_code ec;
+    fs::path c = fs::canonical(p, ec);
+    if (!ec && fs::is_directory(c, ec) && std::find(out.begin(), out.end(), c) == out.end())
+      out.push_back(c);
+  };
+  boost::dll::fs::error_code ec;
+  fs::path exe = boost::dll::program_location(ec);
+  if (!ec) consider(exe.parent_path() / ".." / "lib" / "toolnexus" / "plugins");
+  fs::path self = boost::dll::this_line_location(ec);
+  if (!ec) consider(self.parent_path() / "toolnexus" / "plugins");
+  return out;
+}
+
+void PluginRegistry::load() {
+  std::lock_guard lock(impl_->mu);
+  impl_->load_locked();
+}
+
+bool PluginRegistry::load_file(const fs::path &file, std::string *why) {
+  std::lock_guard lock(impl_->mu);
+  // An explicitly loaded library beats the embedded memory fallback.
+  if (impl_->embedded_memory) {
+    auto it = impl_->by_scheme.find("memory");
+    if (it != impl_->by_scheme.end() && it->second == impl_->embedded_memory) impl_->by_scheme.erase(it);
+    impl_->loaded.erase(std::remove(impl_->loaded.begin(), impl_->loaded.end(), impl_->embedded_memory),
+                        impl_->loaded.end());
+  }
+  bool ok = impl_->load_file_locked(file, why);
+  if (impl_->by_scheme.find("memory") == impl_->by_scheme.end() && impl_->embedded_memory) {
+    impl_->by_scheme.emplace("memory", impl_->embedded_memory);
+    impl_->loaded.push_back(impl_->embedded_memory);
+  }
+  return ok;
+}
+
+std::vector<PluginInfo> PluginRegistry::plugins() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<PluginInfo> out;
+  for (const auto &p : impl_->loaded) out.push_back(p->info);
+  return out;
+}
+
+std::vector<PluginFailure> PluginRegistry::failures() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->failures;
+}
+
+std::vector<std::string> PluginRegistry::schemes() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<std::string> out;
+  for (const auto &kv : impl_->by_scheme) out.push_back(kv.first);
+  return out;
+}
+
+std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector) {
+  const std::string shown = redact(selector);
+  size_t colon = selector.find(':');
+  std::string_view scheme = colon == std::string_view::npos ? selector : selector.substr(0, colon);
+  std::string_view location = colon == std::string_view::npos ? std::string_view() : selector.substr(colon + 1);
+  std::shared_ptr<LoadedPlugin> plugin;
+  std::string available;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->load_locked();
+    if (colon != std::string_view::npos && valid_scheme(scheme)) {
+      auto it = impl_->by_scheme.find(scheme);
+      if (it != impl_->by_scheme.end()) plugin = it->second;
+    }
+    if (!plugin) {
+      for (const auto &kv : impl_->by_scheme) {
+        if (!available.empty()) available += ", ";
+        available += kv.first;
+      }
+    }
+  }
+  if (!plugin) {
+    std::string msg = "unknown store selector " + shown +
+                      ": expected \"memory\", \"file:<dir>\" or \"<scheme>:<location>\" with a scheme "
+                      "served by a plugin; available schemes: " +
+                      (available.empty() ? std::string("(none)") : available);
+    if (colon != std::string_view::npos && valid_scheme(scheme))
+      msg += " (no plugin serves '" + std::string(scheme) +
+             "'; add its directory with --plugin-dir or " + kPluginPathEnv + ")";
+    throw std::invalid_argument(msg);
+  }
+  return detail::open_plugin_store(std::move(plugin), scheme, location, selector, shown);
+}
+
+std::shared_ptr<TaskStore> resolve_store() { return resolve_store(std::string_view("memory")); }
+
+std::shared_ptr<TaskStore> resolve_store(std::string_view selector) {
+  return resolve_store(selector, PluginRegistry::global());
+}
+
+std::shared_ptr<TaskStore> resolve_store(std::string_view selector, PluginRegistry &registry) {
+  if (selector.empty() || selector == "memory") return registry.open("memory:");
+  return registry.open(selector);  // an unknown form throws invalid_argument listing schemes
+}
+
+std::shared_ptr<TaskStore> resolve_store(std::shared_ptr<TaskStore> store) {
+  if (!store) return resolve_store();
+  return store;
+}
+
+}  // namespace toolnexus

@@ -1,0 +1,247 @@
+// The Task value type: parsing, validation, serialisation, timestamps.
+#include "toolnexus/task.hpp"
+
+#include "toolnexus/task_store.hpp"
+
+#include <Poco/DateTime.h>
+#include <Poco/DateTimeFormat.h>
+#include <Poco/DateTimeFormatter.h>
+#include <Poco/DateTimeParser.h>
+#include <Poco/Exception.h>
+#include <Poco/Timestamp.h>
+#include <rapidjson/encodings.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <chrono>
+
+namespace toolnexus {
+
+namespace task_state {
+bool is_terminal(std::string_view s) noexcept {
+  return s == kCompleted || s == kCanceled || s == kFailed || s == kRejected;
+}
+bool is_interrupted(std::string_view s) noexcept { return s == kInputRequired || s == kAuthRequired; }
+bool is_known(std::string_view s) noexcept {
+  return s == kSubmitted || s == kWorking || is_interrupted(s) || is_terminal(s) || s == kUnknown;
+}
+}  // namespace task_state
+
+namespace {
+
+std::string_view member_string(const rapidjson::Value &obj, const char *name) noexcept {
+  if (!obj.IsObject()) return {};
+  auto it = obj.FindMember(name);
+  if (it == obj.MemberEnd() || !it->value.IsString()) return {};
+  return std::string_view(it->value.GetString(), it->value.GetStringLength());
+}
+
+// Deepest nesting of objects/arrays in `json`, stopping early past `limit`.
+// Linear and non-recursive; strings (with escapes) are skipped.
+int nesting_depth(std::string_view json, int limit) noexcept {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        max_depth = depth;
+        if (max_depth > limit) return max_depth;
+      }
+    } else if (c == ']' || c == '}') --depth;
+  }
+  return max_depth;
+}
+
+struct NullOutput {
+  using Ch = char;
+  void Put(char) noexcept {}
+};
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) noexcept {
+  rapidjson::MemoryStream ms(s.data(), s.size());
+  rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
+  NullOutput out;
+  while (is.Tell() < s.size()) {
+    if (!rapidjson::UTF8<>::Validate(is, out)) return false;
+  }
+  return true;
+}
+
+Task::Task() { doc_.SetObject(); }
+
+Task::Task(const Task &other) { doc_.CopyFrom(other.doc_, doc_.GetAllocator()); }
+
+Task &Task::operator=(const Task &other) {
+  if (this != &other) {
+    rapidjson::Document fresh;
+    fresh.CopyFrom(other.doc_, fresh.GetAllocator());
+    doc_.Swap(fresh);
+  }
+  return *this;
+}
+
+Task Task::parse(std::string_view json) {
+  if (nesting_depth(json, kMaxTaskDepth) > kMaxTaskDepth)
+    throw InvalidTask("task JSON nests deeper than " + std::to_string(kMaxTaskDepth) + " levels");
+  Task t;
+  t.doc_.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(),
+                                                                                  json.size());
+  if (t.doc_.HasParseError()) {
+    throw InvalidTask(std::string("task is not valid JSON: ") +
+                      rapidjson::GetParseError_En(t.doc_.GetParseError()) + " at byte " +
+                      std::to_string(t.doc_.GetErrorOffset()));
+  }
+  t.validate();
+  return t;
+}
+
+Task Task::from_document(rapidjson::Document &&doc) {
+  Task t;
+  t.doc_.Swap(doc);
+  t.validate();
+  return t;
+}
+
+void Task::validate() const {
+  if (!doc_.IsObject()) throw InvalidTask("task must be a JSON object");
+  auto id = doc_.FindMember("id");
+  if (id == doc_.MemberEnd()) throw InvalidTask("task has no \"id\"");
+  if (!id->value.IsString()) throw InvalidTask("task \"id\" must be a string");
+  std::string_view idv(id->value.GetString(), id->value.GetStringLength());
+  if (idv.empty()) throw InvalidTask("task \"id\" must not be empty");
+  if (idv.find('\0') != std::string_view::npos) throw InvalidTask("task \"id\" must not contain NUL");
+  auto ctx = doc_.FindMember("contextId");
+  if (ctx != doc_.MemberEnd() && !ctx->value.IsString())
+    throw InvalidTask("task \"contextId\" must be a string");
+  auto st = doc_.FindMember("status");
+  if (st != doc_.MemberEnd()) {
+    if (!st->value.IsObject()) throw InvalidTask("task \"status\" must be an object");
+    auto state = st->value.FindMember("state");
+    if (state != st->value.MemberEnd() && !state->value.IsString())
+      throw InvalidTask("task \"status.state\" must be a string");
+    auto ts = st->value.FindMember("timestamp");
+    if (ts != st->value.MemberEnd()) {
+      int64_t us = 0;
+      if (!ts->value.IsString() ||
+          !parse_timestamp(std::string_view(ts->value.GetString(), ts->value.GetStringLength()), us))
+        throw InvalidTask("task \"status.timestamp\" must be an RFC 3339 time such as "
+                          "\"2026-01-31T12:00:00Z\"");
+    }
+  }
+}
+
+std::string Task::to_json() const {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>,
+                    rapidjson::CrtAllocator, rapidjson::kWriteValidateEncodingFlag>
+      w(buf);
+  if (!doc_.Accept(w)) throw InvalidTask("task holds a string that is not valid UTF-8");
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+std::string_view Task::id() const noexcept { return member_string(doc_, "id"); }
+std::string_view Task::context_id() const noexcept { return member_string(doc_, "contextId"); }
+
+std::string_view Task::state() const noexcept {
+  if (!doc_.IsObject()) return {};
+  auto st = doc_.FindMember("status");
+  if (st == doc_.MemberEnd()) return {};
+  return member_string(st->value, "state");
+}
+
+int64_t Task::status_time_us() const noexcept {
+  if (!doc_.IsObject()) return kNoTime;
+  auto st = doc_.FindMember("status");
+  if (st == doc_.MemberEnd()) return kNoTime;
+  std::string_view ts = member_string(st->value, "timestamp");
+  int64_t us = kNoTime;
+  if (ts.empty() || !parse_timestamp(ts, us)) return kNoTime;
+  return us;
+}
+
+void Task::set_status(std::string_view state, rapidjson::Value message, int64_t time_us) {
+  auto &a = doc_.GetAllocator();
+  rapidjson::Value status(rapidjson::kObjectType);
+  status.AddMember("state", rapidjson::Value(state.data(), static_cast<rapidjson::SizeType>(state.size()), a), a);
+  if (!message.IsNull()) status.AddMember("message", message, a);
+  std::string ts = format_timestamp(time_us == kNoTime ? now_us() : time_us);
+  status.AddMember("timestamp", rapidjson::Value(ts.c_str(), static_cast<rapidjson::SizeType>(ts.size()), a), a);
+  auto it = doc_.FindMember("status");
+  if (it != doc_.MemberEnd()) it->value = status;
+  else doc_.AddMember("status", status, a);
+}
+
+Task TaskRecord::task() const {
+  try {
+    return Task::parse(json);
+  } catch (const InvalidTask &e) {
+    throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + e.what());
+  }
+}
+
+int64_t now_us() noexcept {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string format_timestamp(int64_t time_us) {
+  Poco::Timestamp ts(static_cast<Poco::Timestamp::TimeVal>(time_us));
+  return Poco::DateTimeFormatter::format(ts, "%Y-%m-%dT%H:%M:%S.%FZ");
+}
+
+bool parse_timestamp(std::string_view text, int64_t &time_us) noexcept {
+  // Shape check first: Poco's parser is lenient, RFC 3339 is not.
+  // YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)
+  auto digits = [&](size_t pos, size_t n) {
+    if (pos + n > text.size()) return false;
+    for (size_t i = pos; i < pos + n; ++i)
+      if (text[i] < '0' || text[i] > '9') return false;
+    return true;
+  };
+  if (text.size() < 20 || !digits(0, 4) || text[4] != '-' || !digits(5, 2) || text[7] != '-' ||
+      !digits(8, 2) || (text[10] != 'T' && text[10] != 't') || !digits(11, 2) || text[13] != ':' ||
+      !digits(14, 2) || text[16] != ':' || !digits(17, 2))
+    return false;
+  size_t p = 19;
+  if (p < text.size() && text[p] == '.') {
+    size_t start = ++p;
+    while (p < text.size() && text[p] >= '0' && text[p] <= '9') ++p;
+    if (p == start) return false;
+  }
+  if (p >= text.size()) return false;
+  if (text[p] == 'Z' || text[p] == 'z') {
+    if (p + 1 != text.size()) return false;
+  } else if (text[p] == '+' || text[p] == '-') {
+    if (p + 6 != text.size() || !digits(p + 1, 2) || text[p + 3] != ':' || !digits(p + 4, 2)) return false;
+  } else {
+    return false;
+  }
+  try {
+    int tzd = 0;
+    Poco::DateTime dt;
+    std::string s(text);
+    if (s[10] == 't') s[10] = 'T';
+    if (s.back() == 'z') s.back() = 'Z';
+    if (!Poco::DateTimeParser::tryParse(Poco::DateTimeFormat::ISO8601_FRAC_FORMAT, s, dt, tzd))
+      return false;
+    const int month = std::stoi(s.substr(5, 2)), day = std::stoi(s.substr(8, 2));
+    if (dt.month() != month || dt.day() != day || dt.hour() > 23 || std::stoi(s.substr(17, 2)) > 60)
+      return false;
+    time_us = dt.timestamp().epochMicroseconds() - static_cast<int64_t>(tzd) * 1000000;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace toolnexus
