@@ -156,6 +156,9 @@ PluginInfo info_from(const tnx_plugin_descriptor *d, const std::string &path) {
   if (d->description != nullptr) i.description = d->description;
   for (const char *const *s = d->schemes; *s != nullptr; ++s) i.schemes.emplace_back(*s);
   i.capabilities = d->capabilities;
+  // ABI 1.1 field: never read past what the plugin's struct holds.
+  if (TNX_HAS_FIELD(d, tnx_plugin_descriptor, location_syntax) && d->location_syntax != nullptr)
+    i.location_syntax = d->location_syntax;
   i.abi_major = d->header.abi_major;
   i.abi_minor = d->header.abi_minor;
   return i;

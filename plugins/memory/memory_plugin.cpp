@@ -142,7 +142,8 @@ const tnx_plugin_descriptor kDescriptor = {
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET,
     &toolnexus::sdk::open_trampoline<open_memory>,
-    nullptr,
+    nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
+    "memory",
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #ifndef TOOLNEXUS_REGISTRY_HPP
 #define TOOLNEXUS_REGISTRY_HPP
 
+#include "toolnexus/task_store.h"
 #include "toolnexus/task_store.hpp"
 
 #include <cstdint>
@@ -27,8 +28,9 @@ struct PluginInfo {
   std::string version;
   std::string description;
   std::vector<std::string> schemes;
-  /// Schemes this plugin claims but another plugin loaded earlier serves.
-  std::vector<std::string> shadowed_schemes;
+  /// How a selector is written ("file:<dir>"); "" when the plugin (ABI 1.0)
+  /// does not say.
+  std::string location_syntax;
   /// TNX_CAP_* bits.
   uint64_t capabilities = 0;
   /// ABI version the plugin was compiled with.

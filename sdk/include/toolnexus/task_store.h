@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.0.
+ * storage plugin. ABI version 1.1.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -72,8 +72,9 @@ extern "C" {
 
 /** ABI major version. A host refuses a plugin whose major differs. */
 #define TNX_ABI_MAJOR 1
-/** ABI minor version. Grows when a struct grows; older minors keep loading. */
-#define TNX_ABI_MINOR 0
+/** ABI minor version. Grows when a struct grows; older minors keep loading.
+ *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax. */
+#define TNX_ABI_MINOR 1
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
 #define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
@@ -472,6 +473,13 @@ typedef struct tnx_plugin_descriptor {
   tnx_open_fn open;
   /** The vtable of every store this plugin opens. */
   const tnx_store_vtable *vtable;
+
+  /* ---- ABI 1.1: read only when TNX_HAS_FIELD(d, tnx_plugin_descriptor, m) ---- */
+
+  /** How a selector for this plugin is written, NUL-terminated, shown in
+   *  listings and error messages, e.g. "file:<dir>" or
+   *  "sqlite:<path>[?synchronous=full|normal]". May be NULL. */
+  const char *location_syntax;
 } tnx_plugin_descriptor;
 
 /**

@@ -1,0 +1,375 @@
+// bench/server_load.cpp: load program for `toolnexus serve`.
+//
+// Drives GetTask and SendMessage (JSON-RPC over HTTP/1.1 keep-alive) with N
+// connections spread over a few client threads (each thread runs its own
+// epoll loop over non-blocking sockets, one request in flight per
+// connection), then prints requests/s and p50/p99 latency per method.
+//
+// Without --url it starts a server in-process (memory store, echo agent) on
+// a free loopback port; with --url it targets a running server.
+//
+//   server_load [--url http://127.0.0.1:8080/] [--connections 64]
+//               [--threads 2] [--seconds 5] [--warmup 1]
+//               [--method all|get|send] [--server-threads N] [--workers N]
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef BENCH_NO_SERVER
+#include "toolnexus/server.hpp"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Target {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string host_header;
+};
+
+Target parse_url(const std::string &url) {
+  Target t;
+  std::string rest = url;
+  const std::string scheme = "http://";
+  if (rest.compare(0, scheme.size(), scheme) != 0) throw std::invalid_argument("--url must start with http://");
+  rest = rest.substr(scheme.size());
+  const auto slash = rest.find('/');
+  std::string hostport = slash == std::string::npos ? rest : rest.substr(0, slash);
+  t.host_header = hostport;
+  const auto colon = hostport.rfind(':');
+  if (colon == std::string::npos) {
+    t.host = hostport;
+    t.port = 80;
+  } else {
+    t.host = hostport.substr(0, colon);
+    t.port = std::atoi(hostport.c_str() + colon + 1);
+  }
+  if (!t.host.empty() && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
+  return t;
+}
+
+int connect_to(const Target &t) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *res = nullptr;
+  const std::string port = std::to_string(t.port);
+  if (getaddrinfo(t.host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    throw std::runtime_error("cannot resolve " + t.host);
+  const int fd = ::socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd < 0 || ::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    freeaddrinfo(res);
+    throw std::runtime_error("cannot connect to " + t.host + ":" + port + ": " + std::strerror(errno));
+  }
+  freeaddrinfo(res);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+std::string http_post(const Target &t, const std::string &body) {
+  return "POST / HTTP/1.1\r\nHost: " + t.host_header +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+// Blocking request on a fresh connection (setup only).
+std::string simple_post(const Target &t, const std::string &body) {
+  const int fd = connect_to(t);
+  const std::string req = http_post(t, body);
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    throw std::runtime_error("send failed");
+  }
+  std::string in;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+    const auto hdr_end = in.find("\r\n\r\n");
+    if (hdr_end == std::string::npos) continue;
+    const auto cl = in.find("Content-Length: ");
+    if (cl == std::string::npos || cl > hdr_end) continue;
+    const size_t len = std::strtoul(in.c_str() + cl + 16, nullptr, 10);
+    if (in.size() >= hdr_end + 4 + len) {
+      ::close(fd);
+      return in.substr(hdr_end + 4, len);
+    }
+  }
+  ::close(fd);
+  throw std::runtime_error("no response");
+}
+
+// Extracts "result":{"id":"..."} from a SendMessage answer.
+std::string task_id_of(const std::string &body) {
+  const auto r = body.find("\"result\"");
+  if (r == std::string::npos) throw std::runtime_error("no result in: " + body.substr(0, 300));
+  const auto k = body.find("\"id\":\"", r);
+  if (k == std::string::npos) throw std::runtime_error("no task id in: " + body.substr(0, 300));
+  const auto start = k + 6;
+  return body.substr(start, body.find('"', start) - start);
+}
+
+std::string send_body(uint64_t n) {
+  return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) +
+         R"(,"method":"SendMessage","params":{"message":{"role":"user","messageId":"m-)" +
+         std::to_string(n) + R"(","parts":[{"kind":"text","text":"hello from the load program"}]}}})";
+}
+
+std::string get_body(uint64_t n, const std::string &id) {
+  return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) + R"(,"method":"GetTask","params":{"id":")" +
+         id + R"("}})";
+}
+
+struct Conn {
+  int fd = -1;
+  std::string out;
+  size_t sent = 0;
+  std::string in;
+  Clock::time_point started;
+  uint64_t seq = 0;
+};
+
+struct ThreadResult {
+  std::vector<uint32_t> latencies_us;  // measured phase only
+  uint64_t ok = 0;
+  uint64_t errors = 0;
+  std::string first_error;
+};
+
+// One client thread: `conns` connections, one request in flight each, until
+// `stop`. Requests completed after `measure` turned true are counted.
+void client_thread(const Target &t, int conns, bool send_message, const std::vector<std::string> *ids,
+                   uint64_t seed, std::atomic<bool> &measure, std::atomic<bool> &stop, ThreadResult &res) {
+  const int ep = ::epoll_create1(0);
+  std::vector<Conn> cs(static_cast<size_t>(conns));
+  uint64_t counter = seed;
+  auto next_request = [&](Conn &c) {
+    ++counter;
+    const std::string body =
+        send_message ? send_body(counter) : get_body(counter, (*ids)[counter % ids->size()]);
+    c.out = http_post(t, body);
+    c.sent = 0;
+    c.in.clear();
+    c.started = Clock::now();
+  };
+  auto flush = [&](Conn &c) -> bool {
+    while (c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (n < 0) return errno == EAGAIN;
+      c.sent += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  for (size_t i = 0; i < cs.size(); ++i) {
+    Conn &c = cs[i];
+    c.fd = connect_to(t);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
+    next_request(c);
+    flush(c);
+  }
+  res.latencies_us.reserve(1 << 20);
+  std::vector<epoll_event> events(static_cast<size_t>(conns));
+  char buf[65536];
+  while (!stop.load(std::memory_order_relaxed)) {
+    const int n = ::epoll_wait(ep, events.data(), conns, 100);
+    for (int e = 0; e < n; ++e) {
+      Conn &c = cs[events[static_cast<size_t>(e)].data.u64];
+      const ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (r <= 0) {
+        if (r < 0 && errno == EAGAIN) continue;
+        ++res.errors;
+        if (res.first_error.empty()) res.first_error = "connection closed by the server";
+        ::epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
+        ::close(c.fd);
+        c.fd = connect_to(t);
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = static_cast<uint64_t>(&c - cs.data());
+        ::epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
+        next_request(c);
+        flush(c);
+        continue;
+      }
+      c.in.append(buf, static_cast<size_t>(r));
+      const auto hdr_end = c.in.find("\r\n\r\n");
+      if (hdr_end == std::string::npos) continue;
+      const auto cl = c.in.find("Content-Length: ");
+      if (cl == std::string::npos || cl > hdr_end) continue;
+      const size_t len = std::strtoul(c.in.c_str() + cl + 16, nullptr, 10);
+      if (c.in.size() < hdr_end + 4 + len) continue;
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - c.started).count();
+      const bool ok = c.in.compare(0, 12, "HTTP/1.1 200") == 0 &&
+                      c.in.find("\"result\"", hdr_end) != std::string::npos;
+      if (measure.load(std::memory_order_relaxed)) {
+        if (ok) {
+          ++res.ok;
+          res.latencies_us.push_back(static_cast<uint32_t>(us));
+        } else {
+          ++res.errors;
+          if (res.first_error.empty()) res.first_error = c.in.substr(0, 400);
+        }
+      }
+      next_request(c);
+      flush(c);
+    }
+  }
+  for (Conn &c : cs) ::close(c.fd);
+  ::close(ep);
+}
+
+struct Report {
+  double rps = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  uint64_t ok = 0;
+  uint64_t errors = 0;
+};
+
+Report run_phase(const Target &t, int connections, int threads, bool send_message,
+                 const std::vector<std::string> *ids, double warmup_s, double seconds) {
+  std::atomic<bool> measure{false};
+  std::atomic<bool> stop{false};
+  std::vector<ThreadResult> results(static_cast<size_t>(threads));
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    const int n = connections / threads + (i < connections % threads ? 1 : 0);
+    ts.emplace_back(client_thread, std::cref(t), n, send_message, ids,
+                    static_cast<uint64_t>(i) << 40, std::ref(measure), std::ref(stop),
+                    std::ref(results[static_cast<size_t>(i)]));
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
+  const auto start = Clock::now();
+  measure = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  measure = false;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  stop = true;
+  for (auto &th : ts) th.join();
+  Report rep;
+  std::vector<uint32_t> all;
+  for (auto &r : results) {
+    rep.ok += r.ok;
+    rep.errors += r.errors;
+    all.insert(all.end(), r.latencies_us.begin(), r.latencies_us.end());
+    if (!r.first_error.empty()) std::fprintf(stderr, "first error: %s\n", r.first_error.c_str());
+  }
+  std::sort(all.begin(), all.end());
+  rep.rps = static_cast<double>(rep.ok) / elapsed;
+  if (!all.empty()) {
+    rep.p50_ms = all[all.size() / 2] / 1000.0;
+    rep.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)] / 1000.0;
+  }
+  return rep;
+}
+
+void print(const char *name, const Report &r, int connections) {
+  std::printf("%-12s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   (%llu ok, %llu errors, %d connections)\n",
+              name, r.rps, r.p50_ms, r.p99_ms, static_cast<unsigned long long>(r.ok),
+              static_cast<unsigned long long>(r.errors), connections);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::string url;
+  int connections = 64;
+  int threads = 2;
+  double seconds = 5;
+  double warmup = 1;
+  std::string method = "all";
+  unsigned server_threads = 0;
+  unsigned workers = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--url") url = value();
+    else if (a == "--connections") connections = std::atoi(value().c_str());
+    else if (a == "--threads") threads = std::atoi(value().c_str());
+    else if (a == "--seconds") seconds = std::atof(value().c_str());
+    else if (a == "--warmup") warmup = std::atof(value().c_str());
+    else if (a == "--method") method = value();
+    else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
+    else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
+    else {
+      std::fprintf(stderr,
+                   "usage: server_load [--url http://HOST:PORT/] [--connections 64] [--threads 2]\n"
+                   "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
+                   "                   [--server-threads N] [--workers N]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  if (connections < 1 || threads < 1 || threads > connections) {
+    std::fprintf(stderr, "need 1 <= --threads <= --connections\n");
+    return 2;
+  }
+  try {
+#ifndef BENCH_NO_SERVER
+    std::unique_ptr<toolnexus::ServerHandle> server;
+    if (url.empty()) {
+      toolnexus::ServerOptions opts;
+      opts.listen = "127.0.0.1:0";
+      opts.store = "memory";
+      opts.agent = "echo";
+      if (server_threads != 0) opts.limits.max_connections = server_threads;
+      if (workers != 0) opts.workers = workers;
+      opts.log_level = toolnexus::LogLevel::warn;
+      server = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(std::move(opts)));
+      url = server->url();
+      std::printf("in-process server at %s (memory store, echo agent)\n", url.c_str());
+    }
+#else
+    (void)server_threads;
+    (void)workers;
+    if (url.empty()) url = "http://127.0.0.1:18080/";
+#endif
+    const Target t = parse_url(url);
+    std::printf("%d keep-alive connections over %d client threads, %.1f s per method (+%.1f s warm-up)\n",
+                connections, threads, seconds, warmup);
+    if (method == "all" || method == "get") {
+      std::vector<std::string> ids;
+      for (uint64_t i = 0; i < 256; ++i) ids.push_back(task_id_of(simple_post(t, send_body(i))));
+      print("GetTask", run_phase(t, connections, threads, false, &ids, warmup, seconds), connections);
+    }
+    if (method == "all" || method == "send") {
+      print("SendMessage", run_phase(t, connections, threads, true, nullptr, warmup, seconds), connections);
+    }
+#ifndef BENCH_NO_SERVER
+    if (server) server->stop();
+#endif
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "server_load: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

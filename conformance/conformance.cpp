@@ -1,0 +1,490 @@
+// The conformance rules. Each holds a store to one promise of the contract.
+#include "conformance.hpp"
+
+#include "toolnexus/task_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+namespace toolnexus::conformance {
+namespace {
+
+#define TNX_STR2(x) #x
+#define TNX_STR(x) TNX_STR2(x)
+/// Throws Failure("file:line: <what>") when `cond` is false.
+#define EXPECT(cond, what)                                                                   \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      throw Failure(std::string("conformance.cpp:" TNX_STR(__LINE__) ": expected " #cond ": ") + \
+                    (what));                                                                 \
+  } while (0)
+
+std::string q(const std::string &s) { return "'" + s + "'"; }
+
+// A Task with the given fields; time in seconds since 2026-01-01 (0 = none).
+Task make_task(const std::string &id, const std::string &context, const std::string &state, int64_t sec,
+               const std::string &extra = "") {
+  std::string json = "{\"id\":\"" + id + "\",\"contextId\":\"" + context + "\",\"status\":{\"state\":\"" +
+                     state + "\"";
+  if (sec != 0) json += ",\"timestamp\":\"" + format_timestamp((1767225600LL + sec) * 1000000LL) + "\"";
+  json += "},\"kind\":\"task\"" + extra + "}";
+  return Task::parse(json);
+}
+
+// Every record of a query, following cursors; checks no page is larger than asked.
+std::vector<TaskRecord> list_all(TaskStore &s, ListQuery qr, int *pages = nullptr) {
+  std::vector<TaskRecord> out;
+  int n = 0;
+  for (;;) {
+    ListPage p = s.list(qr);
+    EXPECT(p.records.size() <= qr.page_size, "page of " + std::to_string(p.records.size()) +
+                                                 " records for page size " + std::to_string(qr.page_size));
+    ++n;
+    for (auto &r : p.records) out.push_back(std::move(r));
+    if (p.next_cursor.empty()) break;
+    EXPECT(n < 10000, "list never ends");
+    qr.cursor = p.next_cursor;
+  }
+  if (pages != nullptr) *pages = n;
+  return out;
+}
+
+std::vector<std::string> ids_of(const std::vector<TaskRecord> &v) {
+  std::vector<std::string> out;
+  for (const auto &r : v) out.push_back(r.id);
+  return out;
+}
+
+std::string join(const std::vector<std::string> &v) {
+  std::string s;
+  for (const auto &x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+void expect_status(Status want, const std::function<void()> &f, const std::string &what) {
+  try {
+    f();
+  } catch (const StoreError &e) {
+    EXPECT(e.code() == want, what + ": got " + status_name(e.code()) + " (" + e.what() + "), want " +
+                                 status_name(want));
+    return;
+  }
+  throw Failure(what + ": no error, want " + status_name(want));
+}
+
+// ---------------------------------------------------------------------------
+
+void round_trip(const StoreFactory &fresh) {
+  auto s = fresh();
+  const std::string json =
+      R"({"id":"rt-1","contextId":"ctx","status":{"state":"working","timestamp":"2026-03-01T10:00:00.123456Z",)"
+      R"("message":{"role":"agent","parts":[{"kind":"text","text":"h\u00e9llo \"q\" \\ \n"}],"messageId":"m"}},)"
+      R"("history":[{"role":"user","parts":[{"kind":"data","data":{"n":[1,2.5,-3e10,true,null]}}],"messageId":"u1"}],)"
+      R"("artifacts":[],"metadata":{"x-unknown":{"deep":{"er":["ü","日本",""]}}},"kind":"task","zzz":0})";
+  Task t = Task::parse(json);
+  uint64_t v = s->save(t);
+  EXPECT(v != 0, "version 0 after save");
+  auto r = s->get("rt-1");
+  EXPECT(r.has_value(), "saved task not found");
+  EXPECT(r->json == t.to_json(), "stored bytes differ: " + r->json);
+  EXPECT(r->task().json() == t.json(), "read-back Task differs");
+  EXPECT(r->version == v, "get version " + std::to_string(r->version) + " != save version " + std::to_string(v));
+}
+
+void index_fields(const StoreFactory &fresh) {
+  auto s = fresh();
+  SaveOptions o;
+  o.owner = "alice";
+  o.tenant = "acme";
+  s->save(make_task("ix-1", "ctx-9", "input-required", 100), o);
+  auto r = s->get("ix-1");
+  EXPECT(r.has_value(), "not found");
+  EXPECT(r->id == "ix-1", r->id);
+  EXPECT(r->context_id == "ctx-9", r->context_id);
+  EXPECT(r->state == "input-required", r->state);
+  EXPECT(r->status_time_us == (1767225600LL + 100) * 1000000LL, std::to_string(r->status_time_us));
+  EXPECT(r->owner == "alice", r->owner);
+  EXPECT(r->tenant == "acme", r->tenant);
+  s->save(make_task("ix-2", "", "submitted", 0));
+  auto r2 = s->get("ix-2");
+  EXPECT(r2 && r2->status_time_us == kNoTime, "a Task without timestamp must have no status time");
+  EXPECT(r2->owner.empty() && r2->tenant.empty(), "owner/tenant must default to empty");
+}
+
+void not_found(const StoreFactory &fresh) {
+  auto s = fresh();
+  EXPECT(!s->get("nope").has_value(), "get of a missing id returned a record");
+  expect_status(Status::not_found, [&] { s->remove("nope"); }, "remove of a missing id");
+  auto p = s->list(ListQuery{});
+  EXPECT(p.records.empty() && p.next_cursor.empty(), "empty store listed something");
+}
+
+void overwrite(const StoreFactory &fresh) {
+  auto s = fresh();
+  uint64_t v1 = s->save(make_task("ow", "c", "submitted", 1));
+  uint64_t v2 = s->save(make_task("ow", "c", "completed", 2, R"(,"artifacts":[{"artifactId":"a","parts":[]}])"));
+  EXPECT(v2 > v1, "version did not grow: " + std::to_string(v1) + " -> " + std::to_string(v2));
+  auto r = s->get("ow");
+  EXPECT(r && r->state == "completed", "overwrite lost");
+  EXPECT(r->json.find("artifacts") != std::string::npos, r->json);
+  EXPECT(list_all(*s, ListQuery{}).size() == 1, "overwrite made two records");
+}
+
+void remove_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  s->save(make_task("d1", "c", "completed", 1));
+  s->save(make_task("d2", "c", "completed", 2));
+  s->remove("d1");
+  EXPECT(!s->get("d1").has_value(), "deleted task still readable");
+  EXPECT(s->get("d2").has_value(), "delete removed the wrong task");
+  expect_status(Status::not_found, [&] { s->remove("d1"); }, "second delete");
+  auto all = list_all(*s, ListQuery{});
+  EXPECT(ids_of(all) == std::vector<std::string>{"d2"}, join(ids_of(all)));
+  s->save(make_task("d1", "c", "submitted", 3));
+  EXPECT(s->get("d1") && s->get("d1")->state == "submitted", "re-create after delete failed");
+}
+
+void odd_ids(const StoreFactory &fresh) {
+  auto s = fresh();
+  const std::vector<std::string> ids = {"a/b", "a_b", "../x", std::string(300, 'z'), "ü", "Case", "case",
+                                        ".", "..", "~x", "a b", "x.json", "CON", "-", "%2F"};
+  for (const auto &id : ids) {
+    Task t = make_task("placeholder", "c", "working", 1);
+    t.json()["id"].SetString(id.c_str(), static_cast<rapidjson::SizeType>(id.size()), t.allocator());
+    s->save(t);
+  }
+  for (const auto &id : ids) {
+    auto r = s->get(id);
+    EXPECT(r.has_value(), "id " + q(id) + " not found");
+    EXPECT(r->id == id && std::string(r->task().id()) == id, "id " + q(id) + " read back as " + q(r->id));
+  }
+  auto all = list_all(*s, ListQuery{});
+  EXPECT(all.size() == ids.size(), "listed " + std::to_string(all.size()) + " of " + std::to_string(ids.size()));
+}
+
+void list_order_paging(const StoreFactory &fresh) {
+  auto s = fresh();
+  // 23 tasks: distinct times, ties (same time, ids order them), and none.
+  std::vector<std::pair<int64_t, std::string>> expect;
+  for (int i = 0; i < 23; ++i) {
+    int64_t sec = (i % 5 == 0) ? 0 : (i % 3 == 0 ? 500 : 1000 + i);
+    char id[16];
+    std::snprintf(id, sizeof id, "p%02d", 22 - i);
+    s->save(make_task(id, "c", "working", sec));
+    expect.push_back({sec == 0 ? kNoTime : (1767225600LL + sec) * 1000000LL, id});
+  }
+  std::sort(expect.begin(), expect.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::string> want;
+  for (auto &e : expect) want.push_back(e.second);
+  ListQuery qr;
+  qr.page_size = 5;
+  int pages = 0;
+  auto got = list_all(*s, qr, &pages);
+  EXPECT(ids_of(got) == want, "order " + join(ids_of(got)) + " want " + join(want));
+  EXPECT(pages == 5, "pages: " + std::to_string(pages));
+  qr.page_size = 23;
+  ListPage one = s->list(qr);
+  EXPECT(one.records.size() == 23 && one.next_cursor.empty(), "exact page must have no next cursor");
+  // A keyset cursor survives inserts: a newer task added between pages is
+  // not seen later and nothing repeats.
+  qr.page_size = 10;
+  ListPage first = s->list(qr);
+  s->save(make_task("p-new", "c", "working", 5000));
+  qr.cursor = first.next_cursor;
+  auto rest = list_all(*s, qr);
+  std::vector<std::string> all = ids_of(first.records);
+  for (auto &r : rest) all.push_back(r.id);
+  EXPECT(all == want, "paging across an insert gave " + join(all));
+}
+
+void list_filters(const StoreFactory &fresh) {
+  auto s = fresh();
+  auto save = [&](const char *id, const char *ctx, const char *state, int64_t sec, const char *owner,
+                  const char *tenant) {
+    SaveOptions o;
+    o.owner = owner;
+    o.tenant = tenant;
+    s->save(make_task(id, ctx, state, sec), o);
+  };
+  save("f1", "A", "working", 10, "alice", "t1");
+  save("f2", "A", "completed", 20, "bob", "t1");
+  save("f3", "B", "working", 30, "alice", "t2");
+  save("f4", "B", "input-required", 40, "", "");
+  save("f5", "A", "working", 50, "alice", "t2");
+  auto ids = [&](ListQuery qr) { return join(ids_of(list_all(*s, qr))); };
+  ListQuery qr;
+  qr.context_id = "A";
+  EXPECT(ids(qr) == "f5,f2,f1", ids(qr));
+  qr = {};
+  qr.state = "working";
+  EXPECT(ids(qr) == "f5,f3,f1", ids(qr));
+  qr = {};
+  qr.owner = "alice";
+  EXPECT(ids(qr) == "f5,f3,f1", ids(qr));
+  qr = {};
+  qr.owner = "";
+  EXPECT(ids(qr) == "f4", "empty owner is a filter value too: " + ids(qr));
+  qr = {};
+  qr.tenant = "t2";
+  EXPECT(ids(qr) == "f5,f3", ids(qr));
+  qr = {};
+  qr.after_us = (1767225600LL + 20) * 1000000LL;
+  EXPECT(ids(qr) == "f5,f4,f3", "after is strict: " + ids(qr));
+  qr.before_us = (1767225600LL + 50) * 1000000LL;
+  EXPECT(ids(qr) == "f4,f3", "before is strict: " + ids(qr));
+  qr = {};
+  qr.context_id = "A";
+  qr.state = "working";
+  qr.owner = "alice";
+  qr.tenant = "t2";
+  EXPECT(ids(qr) == "f5", ids(qr));
+  qr = {};
+  qr.context_id = "none";
+  EXPECT(ids(qr).empty(), ids(qr));
+  // Paging with a filter that skips records in between.
+  qr = {};
+  qr.state = "working";
+  qr.page_size = 1;
+  int pages = 0;
+  auto got = list_all(*s, qr, &pages);
+  EXPECT(join(ids_of(got)) == "f5,f3,f1" && pages == 3, join(ids_of(got)));
+}
+
+void bad_cursor(const StoreFactory &fresh) {
+  auto s = fresh();
+  s->save(make_task("c1", "c", "working", 1));
+  ListQuery qr;
+  qr.cursor = "definitely not a cursor \x01";
+  expect_status(Status::invalid_argument, [&] { s->list(qr); }, "list with a malformed cursor");
+}
+
+void compare_and_set(const StoreFactory &fresh) {
+  auto s = fresh();
+  SaveOptions create;
+  create.expected_version = kNoVersion;
+  uint64_t v1 = s->save(make_task("cas", "c", "submitted", 1), create);
+  expect_status(Status::conflict, [&] { s->save(make_task("cas", "c", "failed", 2), create); },
+                "create of an existing id");
+  EXPECT(s->get("cas")->state == "submitted", "a conflicting create overwrote the task");
+  SaveOptions upd;
+  upd.expected_version = v1;
+  uint64_t v2 = s->save(make_task("cas", "c", "working", 3), upd);
+  EXPECT(v2 > v1, "CAS save did not raise the version");
+  expect_status(Status::conflict, [&] { s->save(make_task("cas", "c", "canceled", 4), upd); },
+                "save with a stale version");
+  auto r = s->get("cas");
+  EXPECT(r->state == "working" && r->version == v2, "stale save changed the task: " + r->state);
+  upd.expected_version = v2 + 1000;
+  expect_status(Status::conflict, [&] { s->save(make_task("cas", "c", "canceled", 4), upd); },
+                "save with a future version");
+  expect_status(Status::conflict, [&] { s->remove("cas", v1); }, "delete with a stale version");
+  EXPECT(s->get("cas").has_value(), "stale delete removed the task");
+  upd.expected_version = 1;
+  expect_status(Status::conflict, [&] { s->save(make_task("missing", "c", "working", 1), upd); },
+                "CAS update of a missing id");
+  EXPECT(!s->get("missing").has_value(), "CAS update of a missing id created it");
+  s->remove("cas", v2);
+  EXPECT(!s->get("cas").has_value(), "delete with the right version failed");
+}
+
+void invalid_rejected(const StoreFactory &fresh) {
+  auto s = fresh();
+  Task no_id;
+  bool threw = false;
+  try {
+    s->save(no_id);
+  } catch (const InvalidTask &) {
+    threw = true;
+  }
+  EXPECT(threw, "a Task without id was accepted");
+  Task bad = make_task("utf", "c", "working", 1);
+  const char raw[] = "\xff\xfe";
+  bad.json()["contextId"].SetString(raw, 2, bad.allocator());
+  threw = false;
+  try {
+    s->save(bad);
+  } catch (const InvalidTask &) {
+    threw = true;
+  }
+  EXPECT(threw, "a Task with invalid UTF-8 was accepted");
+  EXPECT(!s->get("utf").has_value(), "the invalid Task reached the store");
+}
+
+void large_task(const StoreFactory &fresh) {
+  auto s = fresh();
+  std::string big(1 << 20, 'x');
+  Task t = make_task("big", "c", "completed", 1, ",\"metadata\":{\"blob\":\"" + big + "\"}");
+  s->save(t);
+  auto r = s->get("big");
+  EXPECT(r && r->json.size() == t.to_json().size() && r->json == t.to_json(), "1 MiB task not intact");
+}
+
+void concurrency(const StoreFactory &fresh) {
+  auto s = fresh();
+  const int threads = 8, per_thread = 40, increments = 25;
+  s->save(make_task("counter", "c", "working", 1, ",\"metadata\":{\"n\":0}"));
+  std::atomic<int> errors{0};
+  std::mutex err_mu;
+  std::string first_error;
+  auto note = [&](const std::string &e) {
+    std::lock_guard l(err_mu);
+    if (errors++ == 0) first_error = e;
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < per_thread; ++i) {
+          std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
+          std::string pad(512 + (i * 37) % 900, static_cast<char>('a' + t));
+          s->save(make_task(id, "ctx" + std::to_string(t), "working", 1 + i, ",\"metadata\":{\"pad\":\"" + pad + "\"}"));
+          // Read a task another thread writes: whole or absent, never torn.
+          auto r = s->get("t" + std::to_string((t + 1) % threads) + "-" + std::to_string(i / 2));
+          if (r) (void)r->task();
+        }
+        for (int i = 0; i < increments; ++i) {
+          for (int attempt = 0;; ++attempt) {
+            auto r = s->get("counter");
+            Task c = r->task();
+            int n = c.json()["metadata"]["n"].GetInt();
+            c.json()["metadata"]["n"].SetInt(n + 1);
+            SaveOptions o;
+            o.expected_version = r->version;
+            try {
+              s->save(c, o);
+              break;
+            } catch (const StoreError &e) {
+              if (e.code() != Status::conflict) throw;
+              if (attempt > 100000) throw;
+            }
+          }
+        }
+      } catch (const std::exception &e) {
+        note(e.what());
+      }
+    });
+  }
+  for (auto &t : ts) t.join();
+  EXPECT(errors == 0, first_error);
+  for (int t = 0; t < threads; ++t)
+    for (int i = 0; i < per_thread; ++i) {
+      std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
+      auto r = s->get(id);
+      EXPECT(r.has_value(), "lost " + id);
+      Task tk = r->task();
+      EXPECT(tk.json()["metadata"]["pad"].GetStringLength() == static_cast<rapidjson::SizeType>(512 + (i * 37) % 900), "torn " + id);
+    }
+  int n = s->get("counter")->task().json()["metadata"]["n"].GetInt();
+  EXPECT(n == threads * increments, "lost update: counter " + std::to_string(n) + " want " +
+                                        std::to_string(threads * increments));
+  ListQuery qr;
+  qr.page_size = 100;
+  EXPECT(list_all(*s, qr).size() == static_cast<size_t>(threads * per_thread + 1), "list count after concurrency");
+}
+
+void closed_store(const StoreFactory &fresh) {
+  auto s = fresh();
+  s->save(make_task("cl", "c", "working", 1));
+  s->close();
+  s->close();  // idempotent
+  bool threw = false;
+  try {
+    s->get("cl");
+  } catch (const StoreError &) {
+    threw = true;
+  }
+  EXPECT(threw, "get on a closed store did not throw");
+}
+
+void info_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  StoreInfo i = s->info();
+  EXPECT(!i.scheme.empty(), "info().scheme is empty");
+  const uint64_t known = TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
+                         TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT;
+  EXPECT((i.capabilities & ~known) == 0, "unknown capability bits");
+}
+
+const std::vector<Rule> kRules = {
+    {"round-trip-unknown-fields", "a saved Task reads back as the same JSON bytes, unknown fields included", round_trip},
+    {"index-fields", "get returns contextId, state, status time, owner and tenant as saved", index_fields},
+    {"not-found", "a missing id is not found on get and delete; an empty store lists nothing", not_found},
+    {"overwrite", "a second save replaces the first and raises the version", overwrite},
+    {"delete", "delete removes exactly one Task; a second delete is not found", remove_rule},
+    {"odd-ids", "ids with '/', '..', 300 characters, non-ASCII and case differences are distinct and intact", odd_ids},
+    {"list-order-paging", "list is newest status time first, ties by id, paged by a cursor that survives inserts", list_order_paging},
+    {"list-filters", "list filters by contextId, state, owner, tenant and a strict time window", list_filters},
+    {"bad-cursor", "a malformed cursor is invalid_argument", bad_cursor},
+    {"compare-and-set", "a stale expected version is a conflict and writes nothing", compare_and_set},
+    {"invalid-task-rejected", "a Task without id or with invalid UTF-8 never reaches the store", invalid_rejected},
+    {"large-task", "a 1 MiB Task round-trips intact", large_task},
+    {"concurrency", "8 threads saving, reading and CAS-incrementing lose and tear nothing", concurrency},
+    {"close", "close is idempotent and a closed store refuses calls", closed_store},
+    {"info", "info() names the scheme and only known capability bits", info_rule},
+};
+
+std::mutex g_tmp_mu;
+std::vector<std::filesystem::path> g_tmp_dirs;
+
+}  // namespace
+
+const std::vector<Rule> &rules() { return kRules; }
+
+std::vector<Result> run(const StoreFactory &fresh, const std::string &filter) {
+  std::vector<Result> out;
+  for (const auto &r : kRules) {
+    if (!filter.empty() && std::string(r.name).find(filter) == std::string::npos) continue;
+    Result res;
+    res.rule = r.name;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      r.run(fresh);
+      res.passed = true;
+    } catch (const std::exception &e) {
+      res.message = e.what();
+    } catch (...) {
+      res.message = "unknown exception";
+    }
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.push_back(std::move(res));
+  }
+  return out;
+}
+
+StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry) {
+  return [tmpl = std::move(selector_template), &registry]() {
+    std::string sel = tmpl;
+    if (sel.find("{tmp}") != std::string::npos) {
+      std::string pattern = (std::filesystem::temp_directory_path() / "tnx-conformance-XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr) throw Failure("mkdtemp failed");
+      {
+        std::lock_guard l(g_tmp_mu);
+        g_tmp_dirs.emplace_back(pattern);
+      }
+      size_t p;
+      while ((p = sel.find("{tmp}")) != std::string::npos) sel.replace(p, 5, pattern);
+    }
+    return resolve_store(sel, registry);
+  };
+}
+
+void cleanup_temp_dirs() {
+  std::lock_guard l(g_tmp_mu);
+  for (const auto &d : g_tmp_dirs) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+  }
+  g_tmp_dirs.clear();
+}
+
+}  // namespace toolnexus::conformance

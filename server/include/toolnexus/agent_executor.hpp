@@ -1,0 +1,123 @@
+// toolnexus/agent_executor.hpp: what runs a Task. The server hands an
+// AgentExecutor the Task as read from the store (with its history) and saves
+// what it returns: a result (completed, with artifacts), a failure, a
+// rejection, or a pending request that parks the Task in input-required with
+// its prompt and request data saved in the Task itself, so that any later
+// process can resume it from what is persisted (A2A v0.3 section 6.3,
+// "input-required"; seed example 2).
+#ifndef TOOLNEXUS_AGENT_EXECUTOR_HPP
+#define TOOLNEXUS_AGENT_EXECUTOR_HPP
+
+#include "toolnexus/task.hpp"
+
+#include <rapidjson/document.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toolnexus {
+
+/// One skill advertised in the Agent Card (A2A v0.3 section 5.5.4,
+/// AgentSkill). Plain value type.
+struct AgentSkill {
+  std::string id;
+  std::string name;
+  std::string description;
+  std::vector<std::string> tags;
+  std::vector<std::string> examples;
+};
+
+/// What an executor sees for one run. Every reference is borrowed for the
+/// duration of AgentExecutor::execute() only.
+struct ExecutionContext {
+  /// The Task as read from the store: "id", "contextId", "status" (working),
+  /// "history" (oldest first; the message that started this run is the last
+  /// user message), "artifacts" and "metadata" as saved.
+  const Task &task;
+  /// The pending request saved when the Task was last parked in
+  /// input-required, or nullptr on a first run. An object
+  /// {"prompt": string, "data": <ExecutionResult::request_data>,
+  ///  "askedAt": RFC 3339 time}, read from the Task's
+  /// metadata["toolnexus/pending"].
+  const rapidjson::Value *pending;
+  /// The text parts of the newest user message, joined with "\n" ("" when it
+  /// has none).
+  std::string_view latest_text;
+  /// Becomes true when the Task is canceled (CancelTask, here or on another
+  /// server sharing the store) or the server is stopping; long-running
+  /// executors should poll it and return early. Whatever they return after a
+  /// cancel is discarded: a terminal state is never overwritten.
+  const std::atomic<bool> &cancel_requested;
+};
+
+/// What an executor returns. Move-only (it owns RapidJSON documents).
+struct ExecutionResult {
+  /// The state the Task moves to.
+  enum class Outcome { completed, failed, rejected, input_required };
+
+  Outcome outcome = Outcome::failed;
+  /// Text of the agent status message: the prompt (input_required), the
+  /// error (failed), the reason (rejected), an optional note (completed; ""
+  /// = no status message). Saved as status.message and appended to history.
+  std::string message;
+  /// Artifacts appended to the Task: an array of A2A Artifact objects
+  /// ({"artifactId"?, "name"?, "parts": [Part]}); a missing artifactId is
+  /// filled with a UUID.
+  rapidjson::Document artifacts{rapidjson::kArrayType};
+  /// input_required only: any JSON value saved with the prompt in the Task
+  /// and handed back in ExecutionContext::pending["data"] on resume. Must be
+  /// enough to continue: the next run may be in another process.
+  rapidjson::Document request_data;
+
+  /// completed, with an optional status note.
+  static ExecutionResult completed(std::string note = {});
+  /// failed, with the error text as status message.
+  static ExecutionResult failed(std::string error);
+  /// rejected, with the reason as status message.
+  static ExecutionResult rejected(std::string reason);
+  /// input_required with `prompt`; `data` (may be null) is saved with it.
+  static ExecutionResult input_required(std::string prompt, rapidjson::Document data = {});
+  /// Appends an artifact holding one text part; returns *this.
+  ExecutionResult &add_text_artifact(std::string_view text, std::string_view name = {});
+};
+
+/// What runs a Task. Implementations must be thread-safe: execute() is
+/// called from several worker threads at once (for different Tasks). An
+/// exception thrown by execute() fails the Task with the exception's message;
+/// it never reaches the server.
+class AgentExecutor {
+ public:
+  virtual ~AgentExecutor();
+  /// Short name ("echo", "approval").
+  virtual std::string name() const = 0;
+  /// Skills for the Agent Card.
+  virtual std::vector<AgentSkill> skills() const = 0;
+  /// Runs one step of a Task (see ExecutionContext / ExecutionResult).
+  virtual ExecutionResult execute(const ExecutionContext &ctx) = 0;
+};
+
+/// echo: completes every Task with one text artifact holding the message
+/// text.
+std::shared_ptr<AgentExecutor> make_echo_executor();
+
+/// approval: parks every new Task in input-required asking for approval. A
+/// follow-up message "approve" or "yes" (any case, surrounding blanks
+/// ignored) completes it with the original text echoed in an artifact;
+/// "deny" or "no" rejects it; anything else asks again. The original text is
+/// kept in the pending request's data, so the approval works across
+/// restarts.
+std::shared_ptr<AgentExecutor> make_approval_executor();
+
+/// Names accepted by make_builtin_executor(): {"approval", "echo"}.
+std::vector<std::string> builtin_executor_names();
+
+/// The built-in executor called `name`. Throws std::invalid_argument quoting
+/// the name and listing the known ones.
+std::shared_ptr<AgentExecutor> make_builtin_executor(std::string_view name);
+
+}  // namespace toolnexus
+
+#endif  // TOOLNEXUS_AGENT_EXECUTOR_HPP

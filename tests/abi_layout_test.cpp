@@ -1,0 +1,93 @@
+// ABI layout: the struct layouts of ABI 1.x are frozen (append-only), the
+// same in C and C++, and the status helpers behave as documented.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "toolnexus/task_store.h"
+
+#include <cstring>
+#include <string>
+
+extern "C" void tnx_test_c_layout(size_t out[7]);
+
+// x86_64 / LP64 layout of ABI 1.0, frozen. A failure here means a change
+// broke every plugin ever built.
+static_assert(sizeof(void *) != 8 || sizeof(tnx_str) == 16);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, id) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, context_id) == 24);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, state) == 40);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, status_time_us) == 56);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, owner) == 64);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, tenant) == 80);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, task_json) == 96);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, version) == 112);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_task_record) == 120);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, filter_flags) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, page_size) == 12);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, context_id) == 16);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, after_us) == 80);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, cursor) == 96);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, omit_json) == 112);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_list_query) == 120);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, get) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 48);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_host_info) == 24);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_open_args) == 56);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, name) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, capabilities) == 40);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, vtable) == 56);
+// ABI 1.1 appended location_syntax; 1.0's descriptor ended at 64 bytes.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, location_syntax) == 64);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_plugin_descriptor) == 72);
+
+TEST_CASE("C and C++ agree on every struct's size") {
+  size_t c[7];
+  tnx_test_c_layout(c);
+  CHECK(c[0] == sizeof(tnx_str));
+  CHECK(c[1] == sizeof(tnx_task_record));
+  CHECK(c[2] == sizeof(tnx_list_query));
+  CHECK(c[3] == sizeof(tnx_store_vtable));
+  CHECK(c[4] == sizeof(tnx_host_info));
+  CHECK(c[5] == sizeof(tnx_open_args));
+  CHECK(c[6] == sizeof(tnx_plugin_descriptor));
+}
+
+TEST_CASE("status names and messages cover the closed set") {
+  const tnx_status all[] = {TNX_OK, TNX_ENOTFOUND, TNX_ECONFLICT, TNX_EINVAL,
+                            TNX_EIO, TNX_ECORRUPT, TNX_EUNSUPPORTED, TNX_EINTERNAL};
+  const char *names[] = {"TNX_OK", "TNX_ENOTFOUND", "TNX_ECONFLICT", "TNX_EINVAL",
+                         "TNX_EIO", "TNX_ECORRUPT", "TNX_EUNSUPPORTED", "TNX_EINTERNAL"};
+  for (size_t i = 0; i < 8; ++i) {
+    CHECK(std::string(tnx_err_name(all[i])) == names[i]);
+    CHECK(all[i] == -static_cast<tnx_status>(i));
+    CHECK(std::string(tnx_strerror(all[i])) != "unknown status");
+  }
+  CHECK(std::string(tnx_err_name(-99)) == "TNX_E?");
+  CHECK(std::string(tnx_strerror(42)) == "unknown status");
+  CHECK(std::string(tnx_strerror(TNX_ECONFLICT)) == "version conflict");
+}
+
+TEST_CASE("tnx_set_error truncates and always terminates") {
+  char buf[8];
+  std::memset(buf, 'X', sizeof buf);
+  tnx_set_error(buf, sizeof buf, "0123456789");
+  CHECK(std::string(buf) == "0123456");
+  tnx_set_error(buf, sizeof buf, "ab");
+  CHECK(std::string(buf) == "ab");
+  tnx_set_error(nullptr, 0, "ignored");  // must not crash
+  char one[1] = {'Z'};
+  tnx_set_error(one, 1, "x");
+  CHECK(one[0] == '\0');
+}
+
+TEST_CASE("TNX_HAS_FIELD never reaches past a smaller struct") {
+  tnx_plugin_descriptor d{};
+  d.header = tnx_header(offsetof(tnx_plugin_descriptor, location_syntax));  // as 1.0 wrote it
+  CHECK(TNX_HAS_FIELD(&d, tnx_plugin_descriptor, vtable));
+  CHECK_FALSE(TNX_HAS_FIELD(&d, tnx_plugin_descriptor, location_syntax));
+  d.header = tnx_header(sizeof d);
+  CHECK(TNX_HAS_FIELD(&d, tnx_plugin_descriptor, location_syntax));
+  CHECK(d.header.abi_major == TNX_ABI_MAJOR);
+  CHECK(d.header.abi_minor == TNX_ABI_MINOR);
+}

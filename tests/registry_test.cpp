@@ -1,0 +1,216 @@
+// The plugin registry: discovery order, ABI checks with purpose-built bad
+// plugins (tests/fixtures), scheme mapping, and resolve_store's selector
+// table and error messages.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "toolnexus/registry.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace fs = std::filesystem;
+using namespace toolnexus;
+
+namespace {
+const fs::path kFixtures = TOOLNEXUS_TEST_FIXTURE_DIR;
+const fs::path kPlugins = TOOLNEXUS_TEST_PLUGIN_DIR;
+
+// A registry that searches exactly the given directories.
+std::unique_ptr<PluginRegistry> isolated(std::initializer_list<fs::path> dirs) {
+  auto r = std::make_unique<PluginRegistry>();
+  r->use_environment(false);
+  r->use_default_directory(false);
+  for (const auto &d : dirs) r->add_directory(d);
+  r->load();
+  return r;
+}
+
+std::string failure_for(const PluginRegistry &r, const std::string &needle) {
+  for (const auto &f : r.failures())
+    if (f.path.find(needle) != std::string::npos) return f.reason;
+  return "";
+}
+
+bool has_scheme(const PluginRegistry &r, const std::string &s) {
+  for (const auto &x : r.schemes())
+    if (x == s) return true;
+  return false;
+}
+
+std::string exception_text(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a sound plugin loads and serves its scheme") {
+  auto r = isolated({kFixtures / "good"});
+  CHECK(r->failures().empty());
+  REQUIRE(has_scheme(*r, "fixture"));
+  auto plugins = r->plugins();
+  auto it = std::find_if(plugins.begin(), plugins.end(), [](auto &p) { return p.name == "fixture"; });
+  REQUIRE(it != plugins.end());
+  CHECK(it->version == "0.0.1");
+  CHECK(it->abi_major == 1);
+  CHECK(it->abi_minor == TNX_ABI_MINOR);
+  CHECK(it->location_syntax == "fixture:<anything>");
+  CHECK(it->path == fs::canonical(kFixtures / "good" / "libfixture_good.so").string());
+  CHECK(capability_names(it->capabilities) == "thread-safe");
+  auto store = resolve_store("fixture:x", *r);
+  CHECK(store->info().plugin_name == "fixture");
+  CHECK_FALSE(store->get("anything").has_value());
+}
+
+TEST_CASE("a plugin built against ABI 1.0 (smaller descriptor) still loads") {
+  auto r = isolated({kFixtures / "v1_0"});
+  CHECK(r->failures().empty());
+  REQUIRE(has_scheme(*r, "oldabi"));
+  for (const auto &p : r->plugins()) {
+    if (p.name != "fixture-v1.0") continue;
+    CHECK(p.abi_minor == 0);
+    CHECK(p.location_syntax.empty());  // the 1.1 field was not read
+  }
+  auto store = resolve_store("oldabi:x", *r);
+  CHECK(store->list(ListQuery{}).records.empty());
+}
+
+TEST_CASE("bad plugins are refused with their path and reason") {
+  struct Case {
+    const char *dir;
+    const char *file;
+    const char *reason_part;
+  } cases[] = {
+      {"wrong_major", "libfixture_wrong_major.so", "built for ABI 2.0 but this host speaks ABI 1."},
+      {"null", "libfixture_null.so", "returned no descriptor"},
+      {"bad_scheme", "libfixture_bad_scheme.so", "invalid scheme 'Bad:Scheme'"},
+      {"no_entry", "libfixture_no_entry.so", "no exported function 'toolnexus_plugin_entry'"},
+      {"small_vtable", "libfixture_small_vtable.so", "vtable is 16 bytes"},
+      {"not_a_library", "libbogus.so", "not a loadable shared library"},
+  };
+  for (const auto &c : cases) {
+    CAPTURE(c.dir);
+    auto r = isolated({kFixtures / c.dir});
+    std::string why = failure_for(*r, c.file);
+    CHECK(why.find(c.reason_part) != std::string::npos);
+    auto f = r->failures();
+    REQUIRE(f.size() == 1);
+    CHECK(f[0].path == fs::canonical(kFixtures / c.dir / c.file).string());
+    CHECK_FALSE(has_scheme(*r, "fixture"));
+  }
+}
+
+TEST_CASE("one bad plugin does not stop the others") {
+  auto r = isolated({kFixtures / "wrong_major", kFixtures / "not_a_library", kFixtures / "good",
+                     kFixtures / "v1_0"});
+  CHECK(r->failures().size() == 2);
+  CHECK(has_scheme(*r, "fixture"));
+  CHECK(has_scheme(*r, "oldabi"));
+}
+
+TEST_CASE("a second plugin claiming a taken scheme is refused, the first keeps it") {
+  auto r = isolated({kPlugins, kFixtures / "dup_scheme"});
+  std::string why = failure_for(*r, "libfixture_dup_scheme.so");
+  CHECK(why.find("scheme 'memory' is already served by") != std::string::npos);
+  CHECK(why.find("libtnx_memory.so") != std::string::npos);
+  auto s = resolve_store("memory", *r);
+  CHECK(s->info().plugin_name == "toolnexus-memory");
+  CHECK(s->info().plugin_path.find("libtnx_memory.so") != std::string::npos);
+}
+
+TEST_CASE("search order: environment first, then added directories, then the default") {
+  ::setenv(kPluginPathEnv, (kFixtures / "good").c_str(), 1);
+  PluginRegistry r;
+  r.use_default_directory(false);
+  r.add_directory(kFixtures / "v1_0");
+  auto path = r.search_path();
+  REQUIRE(path.size() == 2);
+  CHECK(path[0] == kFixtures / "good");
+  CHECK(path[1] == kFixtures / "v1_0");
+  // env with several entries, empty ones ignored
+  ::setenv(kPluginPathEnv, (":" + (kFixtures / "good").string() + "::" + (kFixtures / "null").string()).c_str(), 1);
+  CHECK(r.search_path().size() == 3);
+  ::unsetenv(kPluginPathEnv);
+  CHECK(r.search_path().size() == 1);
+  PluginRegistry d;
+  d.use_environment(false);
+  auto defaults = PluginRegistry::default_directories();
+  REQUIRE(!defaults.empty());  // the build tree's lib/toolnexus/plugins next to bin/
+  CHECK(defaults[0] == fs::canonical(kPlugins));
+}
+
+TEST_CASE("a missing plugin directory is reported, not fatal") {
+  auto r = isolated({"/nonexistent/toolnexus-plugins", kFixtures / "good"});
+  CHECK(failure_for(*r, "/nonexistent/toolnexus-plugins").find("does not exist") != std::string::npos);
+  CHECK(has_scheme(*r, "fixture"));
+}
+
+TEST_CASE("resolve_store: the seed's selector table") {
+  auto r = isolated({kPlugins});
+  SUBCASE("nothing and \"memory\" give a new memory store each time") {
+    auto a = resolve_store("", *r);
+    auto b = resolve_store("memory", *r);
+    CHECK(a->info().scheme == "memory");
+    CHECK(b->info().scheme == "memory");
+    CHECK(a != b);
+    auto t = Task::parse(R"({"id":"x"})");
+    a->save(t);
+    CHECK_FALSE(b->get("x").has_value());
+  }
+  SUBCASE("a store object comes back as the very same object") {
+    auto s = resolve_store("memory", *r);
+    CHECK(resolve_store(s) == s);
+    CHECK(resolve_store(std::shared_ptr<TaskStore>()) != nullptr);
+  }
+  SUBCASE("any other string is std::invalid_argument quoting it and listing schemes") {
+    std::string msg = exception_text([&] { resolve_store("redis:somewhere", *r); });
+    CHECK(msg.find("'redis:somewhere'") != std::string::npos);
+    CHECK(msg.find("available schemes: ") != std::string::npos);
+    CHECK(msg.find("memory") != std::string::npos);
+    CHECK_THROWS_AS(resolve_store("redis:somewhere", *r), std::invalid_argument);
+    CHECK_THROWS_AS(resolve_store("nonsense", *r), std::invalid_argument);
+    CHECK_THROWS_AS(resolve_store("MEMORY", *r), std::invalid_argument);
+    CHECK_THROWS_AS(resolve_store(":x", *r), std::invalid_argument);
+    CHECK_THROWS_AS(resolve_store("memory:extra", *r), std::invalid_argument);
+  }
+  SUBCASE("a password in a selector never appears in the message") {
+    std::string msg = exception_text([&] { resolve_store("postgresql://bob:s3cret@db/x", *r); });
+    CHECK(msg.find("s3cret") == std::string::npos);
+    CHECK(msg.find("bob:***@db") != std::string::npos);
+  }
+}
+
+TEST_CASE("without any plugin directory, memory is still served (embedded)") {
+  auto r = isolated({});
+  auto s = resolve_store("memory", *r);
+  CHECK(s->info().plugin_path == "<embedded in libtoolnexus>");
+  CHECK(resolve_store("", *r)->info().scheme == "memory");
+}
+
+TEST_CASE("built-in plugins export the entry function and nothing else") {
+  for (const auto &e : fs::directory_iterator(kPlugins)) {
+    if (e.path().extension() != ".so") continue;
+    CAPTURE(e.path().string());
+    std::string cmd = "nm -D --defined-only '" + e.path().string() + "'";
+    FILE *p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    CHECK(::pclose(p) == 0);
+    int symbols = 0;
+    size_t pos = 0;
+    while ((pos = out.find('\n', pos)) != std::string::npos) ++symbols, ++pos;
+    CHECK(out.find(" T toolnexus_plugin_entry") != std::string::npos);
+    CHECK(symbols == 1);
+  }
+}
