@@ -1,0 +1,339 @@
+// store_bench: save, get and list throughput and p50/p99 latency of Task
+// stores, for a Task of about 2 KiB, single-threaded and with 4 threads, plus
+// the baselines each store is measured against:
+//   baseline:hashmap     the same save/get on a plain mutex-guarded hash map
+//                        of id -> Task JSON (what the memory store competes with)
+//   baseline:raw-file    write + fsync + rename + fsync(dir) of the same bytes
+//                        (what the file store competes with)
+//   baseline:raw-sqlite  INSERT OR REPLACE of the same row, WAL,
+//                        synchronous=FULL (what the sqlite store competes with)
+//
+//   store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]
+//
+// SELECTOR may contain {tmp} (a fresh temporary directory). Default selectors:
+// memory file:{tmp} sqlite:{tmp}/tasks.db. Numbers go to stdout, one row per
+// (store, threads, operation).
+#include "toolnexus/registry.hpp"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace toolnexus;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<fs::path> g_tmp;
+
+fs::path make_tmp() {
+  std::string pattern = (fs::temp_directory_path() / "tnx-bench-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    std::exit(2);
+  }
+  g_tmp.emplace_back(pattern);
+  return pattern;
+}
+
+std::string expand(std::string sel) {
+  size_t p;
+  if (sel.find("{tmp}") == std::string::npos) return sel;
+  std::string dir = make_tmp().string();
+  while ((p = sel.find("{tmp}")) != std::string::npos) sel.replace(p, 5, dir);
+  return sel;
+}
+
+// A realistic ~2 KiB Task: history of a few messages, an artifact, metadata.
+Task make_task(const std::string &id, int i) {
+  std::string text(300, 'a' + static_cast<char>(i % 26));
+  std::string json = R"({"id":")" + id + R"(","contextId":"ctx-)" + std::to_string(i % 16) +
+                     R"(","kind":"task","status":{"state":"working","timestamp":")" +
+                     format_timestamp(1767225600000000LL + i * 1000LL) +
+                     R"("},"history":[)";
+  for (int m = 0; m < 3; ++m) {
+    if (m) json += ",";
+    json += R"({"role":")" + std::string(m % 2 ? "agent" : "user") + R"(","messageId":"m)" + std::to_string(m) +
+            R"(","kind":"message","parts":[{"kind":"text","text":")" + text + R"("}]})";
+  }
+  json += R"(],"artifacts":[{"artifactId":"a1","parts":[{"kind":"text","text":")" + text +
+          R"("}]}],"metadata":{"source":"store_bench","n":)" + std::to_string(i) + "}}";
+  return Task::parse(json);
+}
+
+struct Row {
+  std::string store;
+  int threads;
+  std::string op;
+  double ops_per_s;
+  double p50_us, p99_us;
+  size_t n;
+};
+
+std::vector<Row> g_rows;
+
+// Runs `op(i)` for i in [0, n) split over `threads` threads; records latency.
+void measure(const std::string &store, int threads, const std::string &op_name, size_t n,
+             const std::function<void(size_t)> &op) {
+  std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
+  std::atomic<size_t> next{0};
+  auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      auto &l = lat[static_cast<size_t>(t)];
+      l.reserve(n / static_cast<size_t>(threads) + 1);
+      for (;;) {
+        size_t i = next.fetch_add(1);
+        if (i >= n) break;
+        auto a = Clock::now();
+        op(i);
+        l.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+      }
+    });
+  }
+  for (auto &t : ts) t.join();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<double> all;
+  for (auto &l : lat) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * static_cast<double>(all.size())))]; };
+  Row r{store, threads, op_name, static_cast<double>(n) / secs, pct(0.50), pct(0.99), n};
+  std::printf("%-22s %2d  %-5s %12.0f ops/s  p50 %9.1f us  p99 %9.1f us  (n=%zu)\n", r.store.c_str(), r.threads,
+              r.op.c_str(), r.ops_per_s, r.p50_us, r.p99_us, r.n);
+  std::fflush(stdout);
+  g_rows.push_back(r);
+}
+
+void bench_store(const std::string &selector, int threads, size_t n, const std::vector<Task> &tasks) {
+  auto store = resolve_store(expand(selector));
+  std::string name = selector.substr(0, selector.find(':'));
+  std::vector<std::string> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = "task-" + std::to_string(i);
+  measure(name, threads, "save", n, [&](size_t i) {
+    Task t = tasks[i % tasks.size()];
+    t.json()["id"].SetString(ids[i].c_str(), static_cast<rapidjson::SizeType>(ids[i].size()), t.allocator());
+    store->save(t);
+  });
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(42));
+  measure(name, threads, "get", n, [&](size_t i) {
+    auto r = store->get(ids[order[i]]);
+    if (!r) std::abort();
+  });
+  size_t lists = std::max<size_t>(50, n / 100);
+  measure(name, threads, "list", lists, [&](size_t i) {
+    ListQuery q;
+    q.context_id = "ctx-" + std::to_string(i % 16);
+    q.page_size = 50;
+    auto p = store->list(q);
+    if (p.records.empty()) std::abort();
+  });
+  store->close();
+}
+
+void bench_hashmap(int threads, size_t n, const std::vector<Task> &tasks) {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> map;
+  std::vector<std::string> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = "task-" + std::to_string(i);
+  measure("baseline:hashmap", threads, "save", n, [&](size_t i) {
+    Task t = tasks[i % tasks.size()];
+    t.json()["id"].SetString(ids[i].c_str(), static_cast<rapidjson::SizeType>(ids[i].size()), t.allocator());
+    std::string json = t.to_json();
+    std::lock_guard l(mu);
+    map[ids[i]] = std::move(json);
+  });
+  measure("baseline:hashmap", threads, "get", n, [&](size_t i) {
+    std::string out;
+    {
+      std::lock_guard l(mu);
+      out = map.at(ids[(i * 7919) % n]);
+    }
+    if (out.empty()) std::abort();
+  });
+}
+
+void write_all(int fd, const std::string &s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t w = ::write(fd, s.data() + off, s.size() - off);
+    if (w < 0) {
+      std::perror("write");
+      std::exit(2);
+    }
+    off += static_cast<size_t>(w);
+  }
+}
+
+void bench_raw_file(int threads, size_t n, const std::vector<Task> &tasks) {
+  fs::path dir = make_tmp();
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  std::vector<std::string> json(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) json[i] = tasks[i].to_json();
+  measure("baseline:raw-file", threads, "save", n, [&](size_t i) {
+    std::string name = "task-" + std::to_string(i);
+    std::string tmp = (dir / ("." + name + ".tmp")).string();
+    std::string final_path = (dir / (name + ".json")).string();
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    write_all(fd, json[i % json.size()]);
+    ::fsync(fd);
+    ::close(fd);
+    ::rename(tmp.c_str(), final_path.c_str());
+    ::fsync(dfd);
+  });
+  ::close(dfd);
+}
+
+void bench_raw_sqlite(int threads, size_t n, const std::vector<Task> &tasks) {
+  fs::path db = make_tmp() / "raw.db";
+  std::vector<std::string> json(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) json[i] = tasks[i].to_json();
+  auto open_conn = [&] {
+    sqlite3 *c = nullptr;
+    sqlite3_open(db.c_str(), &c);
+    sqlite3_busy_timeout(c, 10000);
+    sqlite3_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, nullptr);
+    return c;
+  };
+  sqlite3 *setup = open_conn();
+  sqlite3_exec(setup,
+               "CREATE TABLE IF NOT EXISTS tasks(id TEXT PRIMARY KEY, context_id TEXT, state TEXT, "
+               "status_time_us INTEGER, owner TEXT, tenant TEXT, version INTEGER, json TEXT)",
+               nullptr, nullptr, nullptr);
+  sqlite3_close(setup);
+  std::mutex mu;
+  std::vector<sqlite3 *> conns;
+  thread_local sqlite3 *conn = nullptr;
+  thread_local sqlite3_stmt *st = nullptr;
+  conn = nullptr;
+  measure("baseline:raw-sqlite", threads, "save", n, [&](size_t i) {
+    if (conn == nullptr) {
+      conn = open_conn();
+      sqlite3_prepare_v2(conn,
+                         "INSERT OR REPLACE INTO tasks(id,context_id,state,status_time_us,owner,tenant,version,json) "
+                         "VALUES(?,?,?,?,?,?,?,?)",
+                         -1, &st, nullptr);
+      std::lock_guard l(mu);
+      conns.push_back(conn);
+    }
+    std::string id = "task-" + std::to_string(i);
+    const std::string &j = json[i % json.size()];
+    sqlite3_bind_text(st, 1, id.c_str(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, "ctx", 3, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, "working", 7, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, static_cast<sqlite3_int64>(i));
+    sqlite3_bind_text(st, 5, "", 0, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, "", 0, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, 1);
+    sqlite3_bind_text(st, 8, j.c_str(), static_cast<int>(j.size()), SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_BUSY) {
+    }
+    if (rc != SQLITE_DONE) {
+      std::fprintf(stderr, "raw sqlite: %s\n", sqlite3_errmsg(conn));
+      std::exit(2);
+    }
+    sqlite3_reset(st);
+  });
+  // Statements and connections of worker threads are closed here.
+  for (auto *c : conns) {
+    sqlite3_stmt *s = nullptr;
+    while ((s = sqlite3_next_stmt(c, nullptr)) != nullptr) sqlite3_finalize(s);
+    sqlite3_close(c);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  size_t ops = 20000, durable_ops = 2000;
+  std::vector<int> thread_counts = {1, 4};
+  std::vector<std::string> selectors;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--ops" && i + 1 < argc) ops = std::stoul(argv[++i]);
+    else if (a == "--durable-ops" && i + 1 < argc) durable_ops = std::stoul(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc) {
+      thread_counts.clear();
+      std::string v = argv[++i];
+      size_t p = 0;
+      while (p < v.size()) {
+        size_t c = v.find(',', p);
+        thread_counts.push_back(std::stoi(v.substr(p, c - p)));
+        p = c == std::string::npos ? v.size() : c + 1;
+      }
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]\n");
+      return 0;
+    } else selectors.push_back(a);
+  }
+  if (selectors.empty()) selectors = {"memory", "file:{tmp}", "sqlite:{tmp}/tasks.db"};
+  std::vector<Task> tasks;
+  for (int i = 0; i < 64; ++i) tasks.push_back(make_task("t", i));
+  std::printf("task size: %zu bytes of JSON; ops: %zu in memory, %zu on durable stores\n",
+              tasks[0].to_json().size(), ops, durable_ops);
+  for (const auto &sel : selectors) {
+    bool durable = sel.rfind("memory", 0) != 0;
+    size_t n = durable ? durable_ops : ops;
+    for (int t : thread_counts) {
+      try {
+        bench_store(sel, t, n, tasks);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "store_bench: %s: %s\n", sel.c_str(), e.what());
+        return 2;
+      }
+      if (sel == "memory") bench_hashmap(t, n, tasks);
+      if (sel.rfind("file:", 0) == 0) bench_raw_file(t, n, tasks);
+      if (sel.rfind("sqlite:", 0) == 0) bench_raw_sqlite(t, n, tasks);
+    }
+  }
+  // Ratios the issues name as goals.
+  auto find = [](const std::string &s, int t, const std::string &op) -> const Row * {
+    for (const auto &r : g_rows)
+      if (r.store == s && r.threads == t && r.op == op) return &r;
+    return nullptr;
+  };
+  std::printf("\nratios:\n");
+  for (int t : thread_counts) {
+    for (const char *op : {"save", "get"}) {
+      const Row *m = find("memory", t, op), *h = find("baseline:hashmap", t, op);
+      if (m && h)
+        std::printf("  memory %s, %d thread(s): %.2f of the hash map's throughput (goal >= 0.50)\n", op, t,
+                    m->ops_per_s / h->ops_per_s);
+    }
+    const Row *f = find("file", t, "save"), *rf = find("baseline:raw-file", t, "save");
+    if (f && rf)
+      std::printf("  file save, %d thread(s): %.2fx the raw sequence's time per save (goal <= 1.25)\n", t,
+                  rf->ops_per_s / f->ops_per_s);
+    const Row *s = find("sqlite", t, "save"), *rs = find("baseline:raw-sqlite", t, "save");
+    if (s && rs)
+      std::printf("  sqlite save, %d thread(s): %.2fx the raw insert's time per save (goal <= 1.2 at 1 thread)\n",
+                  t, rs->ops_per_s / s->ops_per_s);
+  }
+  const Row *s1 = find("sqlite", 1, "save"), *s4 = find("sqlite", 4, "save");
+  if (s1 && s4)
+    std::printf("  sqlite save, 4 threads vs 1: %.2fx the saves/s (goal > 1)\n", s4->ops_per_s / s1->ops_per_s);
+  for (const auto &d : g_tmp) {
+    std::error_code ec;
+    fs::remove_all(d, ec);
+  }
+  return 0;
+}

@@ -1,0 +1,76 @@
+// The conformance suite must fail stores that break the contract: a suite
+// that passes everything proves nothing. Each lying store wraps a real
+// memory store and breaks one promise.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "conformance.hpp"
+
+#include <map>
+
+using namespace toolnexus;
+
+namespace {
+enum class Lie { ignore_cas, drop_unknown_fields, list_oldest_first, not_found_is_empty_record };
+
+class LyingStore final : public TaskStore {
+ public:
+  explicit LyingStore(Lie lie) : lie_(lie), real_(resolve_store("memory")) {}
+  std::optional<TaskRecord> get(std::string_view id) override {
+    auto r = real_->get(id);
+    if (!r && lie_ == Lie::not_found_is_empty_record) {
+      TaskRecord empty;
+      empty.id = std::string(id);
+      empty.json = "{}";
+      return empty;
+    }
+    return r;
+  }
+  void remove(std::string_view id, uint64_t v) override { real_->remove(id, v); }
+  ListPage list(const ListQuery &q) override {
+    ListPage p = real_->list(q);
+    if (lie_ == Lie::list_oldest_first) std::reverse(p.records.begin(), p.records.end());
+    return p;
+  }
+  StoreInfo info() const override { return real_->info(); }
+  void close() override { real_->close(); }
+
+ protected:
+  uint64_t do_save(const TaskRecord &r, uint64_t expected) override {
+    SaveOptions o;
+    o.owner = r.owner;
+    o.tenant = r.tenant;
+    o.expected_version = lie_ == Lie::ignore_cas ? kAnyVersion : expected;
+    Task t = r.task();
+    if (lie_ == Lie::drop_unknown_fields) t.json().RemoveMember("metadata");
+    return real_->save(t, o);
+  }
+
+ private:
+  Lie lie_;
+  std::shared_ptr<TaskStore> real_;
+};
+
+bool rule_fails(Lie lie, const char *rule) {
+  auto results = conformance::run([lie] { return std::make_shared<LyingStore>(lie); }, rule);
+  REQUIRE(results.size() >= 1);
+  for (const auto &r : results)
+    if (r.rule == rule) return !r.passed;
+  FAIL("no such rule");
+  return false;
+}
+}  // namespace
+
+TEST_CASE("an honest wrapper passes every rule") {
+  for (const auto &r : conformance::run([] { return resolve_store("memory"); })) {
+    INFO(r.rule << ": " << r.message);
+    CHECK(r.passed);
+  }
+}
+
+TEST_CASE("the suite catches each lie") {
+  CHECK(rule_fails(Lie::ignore_cas, "compare-and-set"));
+  CHECK(rule_fails(Lie::drop_unknown_fields, "round-trip-unknown-fields"));
+  CHECK(rule_fails(Lie::list_oldest_first, "list-order-paging"));
+  CHECK(rule_fails(Lie::not_found_is_empty_record, "not-found"));
+}

@@ -1,0 +1,141 @@
+// The Task value type: parsing (where a Task enters the system), validation,
+// serialisation, timestamps, UTF-8.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "toolnexus/task.hpp"
+#include "toolnexus/task_store.hpp"
+
+#include <string>
+
+using namespace toolnexus;
+
+namespace {
+std::string why(std::string_view json) {
+  try {
+    Task::parse(json);
+  } catch (const InvalidTask &e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("parse keeps every field and member order") {
+  const std::string json =
+      R"({"zeta":1,"id":"t1","contextId":"c","status":{"state":"working","timestamp":"2026-01-02T03:04:05Z"},"x":{"y":[1,"two",null]},"kind":"task"})";
+  Task t = Task::parse(json);
+  CHECK(t.to_json() == json);
+  CHECK(t.id() == "t1");
+  CHECK(t.context_id() == "c");
+  CHECK(t.state() == "working");
+  CHECK(t.status_time_us() == 1767323045LL * 1000000LL);
+}
+
+TEST_CASE("invalid Tasks are refused with the reason") {
+  CHECK(why("").find("not valid JSON") != std::string::npos);
+  CHECK(why("{\"id\":\"a\"").find("at byte 9") != std::string::npos);
+  CHECK(why("[]") == "task must be a JSON object");
+  CHECK(why("{}") == "task has no \"id\"");
+  CHECK(why(R"({"id":7})") == "task \"id\" must be a string");
+  CHECK(why(R"({"id":""})") == "task \"id\" must not be empty");
+  CHECK(why(R"({"id":"a\u0000b"})") == "task \"id\" must not contain NUL");
+  CHECK(why(R"({"id":"a","contextId":1})") == "task \"contextId\" must be a string");
+  CHECK(why(R"({"id":"a","status":"done"})") == "task \"status\" must be an object");
+  CHECK(why(R"({"id":"a","status":{"state":3}})") == "task \"status.state\" must be a string");
+  CHECK(why(R"({"id":"a","status":{"timestamp":"yesterday"}})").find("RFC 3339") != std::string::npos);
+  CHECK(why(R"({"id":"a"} x)").find("not valid JSON") != std::string::npos);
+  CHECK(why("{\"id\":\"\xff\"}").find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("nesting deeper than the limit is refused without recursion") {
+  std::string deep = "{\"id\":\"d\",\"x\":";
+  for (int i = 0; i < 10000; ++i) deep += '[';
+  for (int i = 0; i < 10000; ++i) deep += ']';
+  deep += '}';
+  CHECK(why(deep).find("nests deeper than 64") != std::string::npos);
+  std::string ok = "{\"id\":\"d\",\"x\":";
+  for (int i = 0; i < 63; ++i) ok += '[';
+  for (int i = 0; i < 63; ++i) ok += ']';
+  ok += '}';
+  CHECK(why(ok).empty());
+  // Brackets inside strings do not count.
+  CHECK(why("{\"id\":\"" + std::string(100, '[') + "\"}").empty());
+}
+
+TEST_CASE("to_json refuses invalid UTF-8 put in by code") {
+  Task t = Task::parse(R"({"id":"a"})");
+  t.json().AddMember("bad", rapidjson::Value("\xc3\x28", t.allocator()), t.allocator());
+  CHECK_THROWS_AS(t.to_json(), InvalidTask);
+}
+
+TEST_CASE("set_status replaces the status and stamps the time") {
+  Task t = Task::parse(R"({"id":"a","status":{"state":"submitted","extra":1}})");
+  rapidjson::Value msg(rapidjson::kObjectType);
+  msg.AddMember("role", "agent", t.allocator());
+  t.set_status(task_state::kInputRequired, std::move(msg), 1767225600LL * 1000000LL + 5);
+  CHECK(t.state() == "input-required");
+  CHECK(t.status_time_us() == 1767225600LL * 1000000LL + 5);
+  CHECK(t.to_json() ==
+        R"({"id":"a","status":{"state":"input-required","message":{"role":"agent"},"timestamp":"2026-01-01T00:00:00.000005Z"}})");
+  int64_t before = now_us();
+  t.set_status(task_state::kWorking);
+  CHECK(t.status_time_us() >= before - 1);
+  CHECK(t.json()["status"].HasMember("message") == false);
+}
+
+TEST_CASE("RFC 3339 timestamps") {
+  int64_t us = 0;
+  CHECK(parse_timestamp("1970-01-01T00:00:00Z", us));
+  CHECK(us == 0);
+  CHECK(parse_timestamp("2026-11-29T20:58:33.5Z", us));
+  CHECK(us == 1795985913500000LL);
+  CHECK(parse_timestamp("2026-11-29T21:58:33.5+01:00", us));
+  CHECK(us == 1795985913500000LL);
+  CHECK(parse_timestamp("2026-11-29T20:58:33.123456789Z", us));
+  CHECK(us == 1795985913123456LL);
+  CHECK(parse_timestamp("2026-11-29t20:58:33z", us));
+  CHECK_FALSE(parse_timestamp("2026-11-29", us));
+  CHECK_FALSE(parse_timestamp("2026-11-29T20:58:33", us));  // no zone
+  CHECK_FALSE(parse_timestamp("2026-13-29T20:58:33Z", us));
+  CHECK_FALSE(parse_timestamp("2026-02-30T20:58:33Z", us));
+  CHECK_FALSE(parse_timestamp("2026-11-29T25:58:33Z", us));
+  CHECK_FALSE(parse_timestamp("2026-11-29T20:58:33.Z", us));
+  CHECK_FALSE(parse_timestamp("2026-11-29T20:58:33Zjunk", us));
+  CHECK(format_timestamp(1795985913123456LL) == "2026-11-29T20:58:33.123456Z");
+  CHECK(format_timestamp(0) == "1970-01-01T00:00:00.000000Z");
+}
+
+TEST_CASE("UTF-8 validation") {
+  CHECK(is_valid_utf8(""));
+  CHECK(is_valid_utf8("plain"));
+  CHECK(is_valid_utf8("\xc3\xbc \xe6\x97\xa5 \xf0\x9f\x98\x80"));
+  CHECK_FALSE(is_valid_utf8("\xff"));
+  CHECK_FALSE(is_valid_utf8("\xc0\xaf"));          // overlong '/'
+  CHECK_FALSE(is_valid_utf8("\xed\xa0\x80"));      // surrogate
+  CHECK_FALSE(is_valid_utf8("\xe6\x97"));          // truncated
+}
+
+TEST_CASE("task states") {
+  for (auto s : {"completed", "canceled", "failed", "rejected"}) CHECK(task_state::is_terminal(s));
+  for (auto s : {"submitted", "working", "input-required", "auth-required", "unknown"})
+    CHECK_FALSE(task_state::is_terminal(s));
+  CHECK(task_state::is_interrupted("input-required"));
+  CHECK(task_state::is_interrupted("auth-required"));
+  CHECK_FALSE(task_state::is_interrupted("working"));
+  CHECK(task_state::is_known("rejected"));
+  CHECK_FALSE(task_state::is_known("TASK_STATE_WORKING"));
+}
+
+TEST_CASE("a corrupt stored record is reported as corrupt, naming the id") {
+  TaskRecord r;
+  r.id = "broken";
+  r.json = "{\"id\":";
+  try {
+    r.task();
+    FAIL("no throw");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::corrupt);
+    CHECK(std::string(e.what()).find("'broken'") != std::string::npos);
+  }
+}
