@@ -28,6 +28,7 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, context_id) == 16)
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, after_us) == 80);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, cursor) == 96);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, omit_json) == 112);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, deliver_corrupt) == 116);
 static_assert(sizeof(void *) != 8 || sizeof(tnx_list_query) == 120);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, get) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);

@@ -107,6 +107,7 @@ class PluginStore final : public TaskStore {
     cq.page_size = q.page_size;
     cq.cursor = cstr(q.cursor);
     cq.omit_json = q.omit_json ? 1u : 0u;
+    cq.deliver_corrupt = q.deliver_corrupt ? 1u : 0u;
     ListCtx ctx;
     ctx.page.records.reserve(q.page_size < 64 ? q.page_size : 64);
     char err[kErrCap] = {0};

@@ -79,6 +79,11 @@ struct ListQuery {
   uint32_t page_size = 50;
   /// Records may come back with empty json (index fields only).
   bool omit_json = false;
+  /// Deliver records whose stored bytes cannot be decoded instead of failing
+  /// (their json is the raw bytes; TaskRecord::task() then throws corrupt).
+  /// For tools that copy or check a whole store. ABI 1.1; a store built for
+  /// 1.0 fails the list with StoreError(corrupt) as without it.
+  bool deliver_corrupt = false;
 };
 
 /// One page of a list.

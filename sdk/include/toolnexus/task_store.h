@@ -73,7 +73,8 @@ extern "C" {
 /** ABI major version. A host refuses a plugin whose major differs. */
 #define TNX_ABI_MAJOR 1
 /** ABI minor version. Grows when a struct grows; older minors keep loading.
- *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax. */
+ *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax,
+ *  tnx_list_query.deliver_corrupt. */
 #define TNX_ABI_MINOR 1
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
@@ -318,7 +319,15 @@ typedef struct tnx_list_query {
   /** Non-zero: records may be delivered with empty task_json (index fields
    *  only). A store may ignore this and deliver the JSON anyway. */
   uint32_t omit_json;
-  uint32_t reserved0;
+  /** ABI 1.1 (the same bytes were `reserved0`, always 0, in 1.0).
+   *  0: a record that cannot be decoded stops the list with TNX_ECORRUPT.
+   *  Non-zero: deliver it instead and go on (for tools that copy or check a
+   *  whole store): `id` = its id, or when the store cannot recover the id a
+   *  store-specific name of its location (e.g. the file name); state and
+   *  context_id empty; status_time_us = TNX_TIME_NONE; version 0; task_json =
+   *  the raw stored bytes (may be empty or not JSON). The host recognises it
+   *  by parsing. A 1.0 store ignores this field and stops as with 0. */
+  uint32_t deliver_corrupt;
 } tnx_list_query;
 
 /* ======================================================================== */

@@ -1,0 +1,278 @@
+// `toolnexus store ...`: inspect, copy and check Task stores through the same
+// resolve_store() the server uses.
+#include "commands.hpp"
+#include "options.hpp"
+
+#include "toolnexus/registry.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+namespace toolnexus::cli {
+namespace {
+
+const char *kHelp =
+    "usage: toolnexus store COMMAND [--plugin-dir DIR]... ARGS\n"
+    "  get SELECTOR ID            print the Task JSON           exit 1: no such Task\n"
+    "  put SELECTOR [FILE|-]      save one Task JSON (stdin without FILE), print its id\n"
+    "      [--owner P] [--tenant T]\n"
+    "  list SELECTOR [--context-id X] [--state S] [--owner P] [--limit N] [--json]\n"
+    "                             newest first: id, state, timestamp, contextId per line\n"
+    "                             (--json: one JSON object per line)\n"
+    "  rm SELECTOR ID             delete a Task                 exit 1: no such Task\n"
+    "  copy FROM TO               copy every Task (owner and tenant kept); safe to re-run\n"
+    "                             exit 1: some records could not be read (each reported)\n"
+    "  check SELECTOR             read every record, report each corrupt or invalid one\n"
+    "                             exit 1: some record is not sound\n"
+    "  Exit 2 on any other error (bad selector, store unusable, usage).\n"
+    "  SELECTOR: memory | file:<dir> | sqlite:<path> | <scheme>:<location> (see `toolnexus plugins`)\n";
+
+int usage_error(const std::string &msg) {
+  std::cerr << "toolnexus store: " << msg << "\n" << kHelp;
+  return 2;
+}
+
+std::string read_all(std::istream &in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string time_text(int64_t us) { return us == kNoTime ? "-" : format_timestamp(us); }
+
+// Every record of `q` across pages, handed to `f` one at a time.
+template <class F>
+void for_each_record(TaskStore &s, ListQuery q, F &&f) {
+  for (;;) {
+    ListPage p = s.list(q);
+    for (auto &r : p.records) f(r);
+    if (p.next_cursor.empty()) return;
+    q.cursor = std::move(p.next_cursor);
+  }
+}
+
+// Why a delivered record is not sound, or "" when it is: its bytes must parse
+// as a Task and its index fields must agree with the JSON.
+std::string unsound(const TaskRecord &r) {
+  Task t;
+  try {
+    t = Task::parse(r.json);
+  } catch (const InvalidTask &e) {
+    return e.what();
+  }
+  if (t.id() != r.id) return "stored under id '" + r.id + "' but its JSON says '" + std::string(t.id()) + "'";
+  if (t.context_id() != r.context_id) return "index contextId '" + r.context_id + "' differs from the JSON's";
+  if (t.state() != r.state) return "index state '" + r.state + "' differs from the JSON's '" + std::string(t.state()) + "'";
+  if (t.status_time_us() != r.status_time_us) return "index status time differs from the JSON's status.timestamp";
+  return "";
+}
+
+class Progress {
+ public:
+  explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
+  void step(uint64_t done) {
+    if (!tty_ || (done % 64 != 0 && done != total_)) return;
+    const int width = 30;
+    int filled = total_ == 0 ? width : static_cast<int>(static_cast<double>(done) / static_cast<double>(total_) * width);
+    std::fprintf(stderr, "\r[%-*s] %llu/%llu", width, std::string(static_cast<size_t>(filled), '#').c_str(),
+                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_));
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  uint64_t total_;
+  bool tty_;
+};
+
+int cmd_get(const Options &o) {
+  if (o.positional.size() != 3) return usage_error("get takes SELECTOR ID");
+  auto s = resolve_store(o.positional[1]);
+  auto r = s->get(o.positional[2]);
+  if (!r) {
+    std::cerr << "toolnexus store get: no Task with id '" << o.positional[2] << "' in " << o.positional[1] << "\n";
+    return 1;
+  }
+  (void)r->task();  // a corrupt record is an error (exit 2), never printed as if sound
+  std::cout << r->json << "\n";
+  return 0;
+}
+
+int cmd_put(const Options &o) {
+  if (o.positional.size() < 2 || o.positional.size() > 3) return usage_error("put takes SELECTOR [FILE]");
+  std::string text;
+  if (o.positional.size() == 2 || o.positional[2] == "-") {
+    text = read_all(std::cin);
+  } else {
+    std::ifstream f(o.positional[2], std::ios::binary);
+    if (!f) {
+      std::cerr << "toolnexus store put: cannot read '" << o.positional[2] << "'\n";
+      return 2;
+    }
+    text = read_all(f);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  Task t;
+  try {
+    t = Task::parse(text);
+  } catch (const InvalidTask &e) {
+    std::cerr << "toolnexus store put: not a valid Task: " << e.what() << "\n";
+    return 2;
+  }
+  auto s = resolve_store(o.positional[1]);
+  SaveOptions so;
+  if (auto v = o.value("--owner")) so.owner = *v;
+  if (auto v = o.value("--tenant")) so.tenant = *v;
+  s->save(t, so);
+  s->close();
+  std::cout << t.id() << "\n";
+  return 0;
+}
+
+int cmd_list(const Options &o) {
+  if (o.positional.size() != 2) return usage_error("list takes SELECTOR");
+  ListQuery q;
+  q.page_size = 500;
+  if (auto v = o.value("--context-id")) q.context_id = *v;
+  if (auto v = o.value("--state")) q.state = *v;
+  if (auto v = o.value("--owner")) q.owner = *v;
+  uint64_t limit = UINT64_MAX;
+  if (auto v = o.value("--limit")) {
+    try {
+      size_t used = 0;
+      limit = std::stoull(*v, &used);
+      if (used != v->size()) throw std::invalid_argument("junk");
+    } catch (const std::exception &) {
+      return usage_error("--limit needs a whole number, got '" + *v + "'");
+    }
+  }
+  const bool json = o.flag("--json");
+  auto s = resolve_store(o.positional[1]);
+  uint64_t n = 0;
+  for (;;) {
+    if (n >= limit) break;
+    if (limit - n < q.page_size) q.page_size = static_cast<uint32_t>(limit - n);
+    ListPage p = s->list(q);
+    for (const auto &r : p.records) {
+      if (json) {
+        (void)r.task();
+        std::cout << r.json << "\n";
+      } else {
+        std::cout << r.id << "\t" << (r.state.empty() ? "-" : r.state) << "\t" << time_text(r.status_time_us) << "\t"
+                  << (r.context_id.empty() ? "-" : r.context_id) << "\n";
+      }
+      ++n;
+    }
+    if (p.next_cursor.empty()) break;
+    q.cursor = std::move(p.next_cursor);
+  }
+  return 0;
+}
+
+int cmd_rm(const Options &o) {
+  if (o.positional.size() != 3) return usage_error("rm takes SELECTOR ID");
+  auto s = resolve_store(o.positional[1]);
+  try {
+    s->remove(o.positional[2]);
+  } catch (const StoreError &e) {
+    if (e.code() != Status::not_found) throw;
+    std::cerr << "toolnexus store rm: no Task with id '" << o.positional[2] << "' in " << o.positional[1] << "\n";
+    return 1;
+  }
+  s->close();
+  return 0;
+}
+
+int cmd_copy(const Options &o) {
+  if (o.positional.size() != 3) return usage_error("copy takes FROM TO");
+  auto from = resolve_store(o.positional[1]);
+  auto to = resolve_store(o.positional[2]);
+  ListQuery q;
+  q.page_size = 500;
+  q.deliver_corrupt = true;
+  uint64_t total = 0;
+  {
+    ListQuery cq = q;
+    cq.omit_json = true;
+    for_each_record(*from, cq, [&](const TaskRecord &) { ++total; });
+  }
+  Progress progress(total);
+  uint64_t copied = 0, failed = 0, seen = 0;
+  for_each_record(*from, q, [&](const TaskRecord &r) {
+    ++seen;
+    Task t;
+    try {
+      t = Task::parse(r.json);
+    } catch (const InvalidTask &e) {
+      ++failed;
+      if (::isatty(2)) std::fprintf(stderr, "\n");
+      std::cerr << "toolnexus store copy: cannot read record '" << r.id << "': " << e.what() << "\n";
+      progress.step(seen);
+      return;
+    }
+    SaveOptions so;
+    so.owner = r.owner;
+    so.tenant = r.tenant;
+    to->save(t, so);
+    ++copied;
+    progress.step(seen);
+  });
+  progress.finish();
+  to->close();
+  std::cout << "copied " << copied << " Task(s), " << failed << " unreadable\n";
+  return failed == 0 ? 0 : 1;
+}
+
+int cmd_check(const Options &o) {
+  if (o.positional.size() != 2) return usage_error("check takes SELECTOR");
+  auto s = resolve_store(o.positional[1]);
+  ListQuery q;
+  q.page_size = 500;
+  q.deliver_corrupt = true;
+  uint64_t sound = 0, bad = 0;
+  for_each_record(*s, q, [&](const TaskRecord &r) {
+    std::string why = unsound(r);
+    if (why.empty()) {
+      ++sound;
+    } else {
+      ++bad;
+      std::cout << "BAD " << r.id << ": " << why << "\n";
+    }
+  });
+  std::cout << sound << " sound, " << bad << " bad\n";
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int run_store(int argc, char **argv) {
+  Options o(argc, argv, {"--json"}, {"--context-id", "--state", "--owner", "--tenant", "--limit"});
+  if (o.help) {
+    std::cout << kHelp;
+    return 0;
+  }
+  if (!o.error.empty()) return usage_error(o.error);
+  if (o.positional.empty()) return usage_error("missing COMMAND");
+  const std::string &cmd = o.positional[0];
+  try {
+    if (cmd == "get") return cmd_get(o);
+    if (cmd == "put") return cmd_put(o);
+    if (cmd == "list") return cmd_list(o);
+    if (cmd == "rm") return cmd_rm(o);
+    if (cmd == "copy") return cmd_copy(o);
+    if (cmd == "check") return cmd_check(o);
+  } catch (const std::exception &e) {
+    std::cerr << "toolnexus store " << cmd << ": " << e.what() << "\n";
+    return 2;
+  }
+  return usage_error("unknown command '" + cmd + "'");
+}
+
+}  // namespace toolnexus::cli

@@ -1,0 +1,246 @@
+// The `toolnexus plugins` and `toolnexus store` commands, driven through the
+// real executable: output, exit codes, and a 10,000-Task copy from file to
+// sqlite and back compared field by field.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "toolnexus/registry.hpp"
+
+#include <rapidjson/document.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+using namespace toolnexus;
+
+namespace {
+const std::string kBin = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+fs::path temp_dir() {
+  std::string pattern = (fs::temp_directory_path() / "tnx-cli-XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+
+std::string slurp(const fs::path &p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path &p, const std::string &s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+
+std::string sh_quote(const std::string &s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+// Runs `toolnexus ARGS` with `input` on stdin; captures stdout and stderr.
+Run run(const std::vector<std::string> &args, const std::string &input = "") {
+  static fs::path dir = temp_dir();
+  fs::path in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
+  spit(in, input);
+  std::string cmd = sh_quote(kBin);
+  for (const auto &a : args) cmd += " " + sh_quote(a);
+  cmd += " <" + sh_quote(in.string()) + " >" + sh_quote(out.string()) + " 2>" + sh_quote(err.string());
+  int st = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string task_json(const std::string &id, const std::string &ctx, const std::string &state, int sec) {
+  return R"({"id":")" + id + R"(","contextId":")" + ctx + R"(","status":{"state":")" + state +
+         R"(","timestamp":")" + format_timestamp((1767225600LL + sec) * 1000000LL) + R"("},"kind":"task"})";
+}
+}  // namespace
+
+TEST_CASE("toolnexus plugins lists the built-in plugins, text and JSON") {
+  Run r = run({"plugins"});
+  CHECK(r.code == 0);
+  for (const char *s : {"memory", "file", "sqlite", "libtnx_file.so", "compare-and-set", "directories searched:"})
+    CHECK(r.out.find(s) != std::string::npos);
+  r = run({"plugins", "--json"});
+  REQUIRE(r.code == 0);
+  rapidjson::Document d;
+  d.Parse(r.out.c_str());
+  REQUIRE(d.IsObject());
+  REQUIRE(d["plugins"].IsArray());
+  bool file_found = false;
+  for (const auto &p : d["plugins"].GetArray())
+    if (std::string(p["schemes"][0].GetString()) == "file") {
+      file_found = true;
+      CHECK(std::string(p["abi"].GetString()).rfind("1.", 0) == 0);
+      CHECK(std::string(p["file"].GetString()).find("libtnx_file.so") != std::string::npos);
+    }
+  CHECK(file_found);
+  CHECK(d["failures"].IsArray());
+}
+
+TEST_CASE("toolnexus plugins reports a refused file with its reason") {
+  Run r = run({"plugins", "--plugin-dir", std::string(TOOLNEXUS_TEST_FIXTURE_DIR) + "/wrong_major"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("refused:") != std::string::npos);
+  CHECK(r.out.find("libfixture_wrong_major.so: plugin was built for ABI 2.0") != std::string::npos);
+  CHECK(run({"plugins", "--bogus"}).code == 2);
+  CHECK(run({"plugins", "--help"}).out.find("usage: toolnexus plugins") != std::string::npos);
+}
+
+TEST_CASE("store put, get, list, rm and their exit codes") {
+  fs::path dir = temp_dir();
+  const std::string sel = "file:" + (dir / "tasks").string();
+  Run r = run({"store", "put", sel}, task_json("t1", "c1", "working", 10) + "\n");
+  CHECK(r.code == 0);
+  CHECK(r.out == "t1\n");
+  spit(dir / "t2.json", task_json("t2", "c2", "completed", 20));
+  r = run({"store", "put", sel, (dir / "t2.json").string()});
+  CHECK(r.code == 0);
+  CHECK(r.out == "t2\n");
+  CHECK(run({"store", "put", sel, "-"}, task_json("t3", "c1", "input-required", 30)).code == 0);
+
+  r = run({"store", "get", sel, "t2"});
+  CHECK(r.code == 0);
+  CHECK(r.out == task_json("t2", "c2", "completed", 20) + "\n");
+
+  r = run({"store", "get", sel, "nope"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("no Task with id 'nope'") != std::string::npos);
+  CHECK(r.out.empty());
+
+  r = run({"store", "list", sel});
+  CHECK(r.code == 0);
+  CHECK(r.out == "t3\tinput-required\t2026-01-01T00:00:30.000000Z\tc1\n"
+                 "t2\tcompleted\t2026-01-01T00:00:20.000000Z\tc2\n"
+                 "t1\tworking\t2026-01-01T00:00:10.000000Z\tc1\n");
+  CHECK(run({"store", "list", sel, "--context-id", "c1"}).out.find("t2") == std::string::npos);
+  CHECK(run({"store", "list", sel, "--state", "completed"}).out ==
+        "t2\tcompleted\t2026-01-01T00:00:20.000000Z\tc2\n");
+  CHECK(run({"store", "list", sel, "--limit", "1"}).out == "t3\tinput-required\t2026-01-01T00:00:30.000000Z\tc1\n");
+  r = run({"store", "list", sel, "--json", "--limit", "2"});
+  CHECK(r.out == task_json("t3", "c1", "input-required", 30) + "\n" + task_json("t2", "c2", "completed", 20) + "\n");
+  CHECK(run({"store", "list", sel, "--limit", "x"}).code == 2);
+
+  CHECK(run({"store", "rm", sel, "t1"}).code == 0);
+  CHECK(run({"store", "get", sel, "t1"}).code == 1);
+  r = run({"store", "rm", sel, "t1"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("no Task with id 't1'") != std::string::npos);
+
+  r = run({"store", "put", sel}, R"({"contextId":"x"})");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("not a valid Task: task has no \"id\"") != std::string::npos);
+  r = run({"store", "put", sel}, "{\"id\":");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("not valid JSON") != std::string::npos);
+
+  r = run({"store", "get", "redis:x", "t1"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown store selector 'redis:x'") != std::string::npos);
+  CHECK(run({"store", "frobnicate", sel}).code == 2);
+  CHECK(run({"store", "get", sel}).code == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("store check and copy report a corrupt record with its location") {
+  fs::path dir = temp_dir();
+  const std::string sel = "file:" + dir.string();
+  CHECK(run({"store", "put", sel}, task_json("good", "c", "completed", 1)).code == 0);
+  Run r = run({"store", "check", sel});
+  CHECK(r.code == 0);
+  CHECK(r.out == "1 sound, 0 bad\n");
+  spit(dir / "broken.json", "{\"id\":\"broken\",\"status\":");
+  r = run({"store", "check", sel});
+  CHECK(r.code == 1);
+  CHECK(r.out.find("BAD broken") != std::string::npos);
+  CHECK(r.out.find("1 sound, 1 bad") != std::string::npos);
+  r = run({"store", "get", sel, "broken"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("broken.json") != std::string::npos);
+
+  fs::path dest = temp_dir();
+  r = run({"store", "copy", sel, "sqlite:" + (dest / "t.db").string()});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("cannot read record 'broken'") != std::string::npos);
+  CHECK(r.out == "copied 1 Task(s), 1 unreadable\n");
+  CHECK(run({"store", "get", "sqlite:" + (dest / "t.db").string(), "good"}).code == 0);
+  fs::remove_all(dir);
+  fs::remove_all(dest);
+}
+
+TEST_CASE("copy 10,000 Tasks from file to sqlite and back, field by field") {
+  fs::path dir = temp_dir();
+  fs::path src = dir / "src", back = dir / "back";
+  fs::create_directories(src);
+  // The source directory is written as the seed wrote it: <id>.json files.
+  const int n = 10000;
+  std::vector<std::string> originals(n);
+  for (int i = 0; i < n; ++i) {
+    std::string id = "task-" + std::to_string(i);
+    originals[static_cast<size_t>(i)] =
+        R"({"id":")" + id + R"(","contextId":"ctx-)" + std::to_string(i % 7) + R"(","status":{"state":")" +
+        (i % 3 ? "completed" : "input-required") + R"(","timestamp":")" +
+        format_timestamp((1767225600LL + i) * 1000000LL) + R"("},"history":[{"role":"user","parts":[{"kind":"text","text":"m)" +
+        std::to_string(i) + R"("}],"messageId":"m"}],"metadata":{"i":)" + std::to_string(i) + "}}";
+    spit(src / (id + ".json"), originals[static_cast<size_t>(i)]);
+  }
+  const std::string db = "sqlite:" + (dir / "tasks.db").string() + "?synchronous=off";
+  Run r = run({"store", "copy", "file:" + src.string(), db});
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "copied 10000 Task(s), 0 unreadable\n");
+  r = run({"store", "copy", db, "file:" + back.string()});
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "copied 10000 Task(s), 0 unreadable\n");
+  // Re-running is safe: same count, same content.
+  r = run({"store", "copy", "file:" + src.string(), db});
+  CHECK(r.out == "copied 10000 Task(s), 0 unreadable\n");
+
+  auto a = resolve_store("file:" + src.string());
+  auto b = resolve_store(db);
+  auto c = resolve_store("file:" + back.string());
+  int mismatches = 0;
+  for (int i = 0; i < n; ++i) {
+    std::string id = "task-" + std::to_string(i);
+    auto ra = a->get(id), rb = b->get(id), rc = c->get(id);
+    if (!ra || !rb || !rc) {
+      ++mismatches;
+      continue;
+    }
+    bool same = ra->json == originals[static_cast<size_t>(i)] && rb->json == ra->json && rc->json == ra->json &&
+                rb->context_id == ra->context_id && rc->context_id == ra->context_id && rb->state == ra->state &&
+                rc->state == ra->state && rb->status_time_us == ra->status_time_us &&
+                rc->status_time_us == ra->status_time_us && rb->owner == ra->owner && rc->tenant == ra->tenant;
+    if (!same) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+  ListQuery q;
+  q.page_size = 1000;
+  q.omit_json = true;
+  size_t count = 0;
+  for (;;) {
+    auto p = c->list(q);
+    count += p.records.size();
+    if (p.next_cursor.empty()) break;
+    q.cursor = p.next_cursor;
+  }
+  CHECK(count == static_cast<size_t>(n));
+  fs::remove_all(dir);
+}
