@@ -1,5 +1,6 @@
 // cli/options.hpp: the small argument parser shared by the subcommands:
-// `--plugin-dir DIR` (repeatable, added to the global registry), `--help`,
+// `--plugin-dir DIR` (repeatable, added to the global registry),
+// `--allow-insecure-plugins` (PluginRegistry::allow_insecure), `--help`,
 // boolean flags and valued options named by the caller, positionals.
 #ifndef TOOLNEXUS_CLI_OPTIONS_HPP
 #define TOOLNEXUS_CLI_OPTIONS_HPP
@@ -27,6 +28,8 @@ struct Options {
         only_positional = true;
       } else if (a == "--help" || a == "-h") {
         help = true;
+      } else if (a == "--allow-insecure-plugins") {
+        PluginRegistry::global().allow_insecure(true);
       } else if (a == "--plugin-dir") {
         if (i + 1 >= argc) {
           error = "--plugin-dir needs a directory";

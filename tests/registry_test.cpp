@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <unistd.h>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -213,4 +214,81 @@ TEST_CASE("built-in plugins export the entry function and nothing else") {
     CHECK(out.find(" T toolnexus_plugin_entry") != std::string::npos);
     CHECK(symbols == 1);
   }
+}
+
+namespace {
+fs::path fresh_dir() {
+  std::string pattern = (fs::temp_directory_path() / "tnx-guard-XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+const fs::path kGood = kFixtures / "good" / "libfixture_good.so";
+}  // namespace
+
+TEST_CASE("guard rails: symlinks must stay inside the plugin directory") {
+  fs::path dir = fresh_dir();
+  fs::create_symlink(kGood, dir / "libescape.so");
+  auto r = isolated({dir});
+  CHECK(failure_for(*r, "libescape.so").find("symlink leads outside its plugin directory") != std::string::npos);
+  CHECK_FALSE(has_scheme(*r, "fixture"));
+
+  fs::path dir2 = fresh_dir();
+  fs::create_directory(dir2 / "real");
+  fs::copy_file(kGood, dir2 / "real" / "libfixture.so");
+  fs::create_symlink("real/libfixture.so", dir2 / "liblink.so");
+  auto r2 = isolated({dir2});
+  CHECK(r2->failures().empty());
+  CHECK(has_scheme(*r2, "fixture"));  // through the link; the file in real/ itself is not scanned
+  auto plugins = r2->plugins();
+  CHECK(std::count_if(plugins.begin(), plugins.end(), [](auto &p) { return p.name == "fixture"; }) == 1);
+  fs::remove_all(dir);
+  fs::remove_all(dir2);
+}
+
+TEST_CASE("guard rails: writable by group or others, or a foreign owner, is refused unless allowed") {
+  fs::path dir = fresh_dir();
+  fs::copy_file(kGood, dir / "libfixture.so");
+  fs::permissions(dir / "libfixture.so", fs::perms::group_write, fs::perm_options::add);
+  auto r = isolated({dir});
+  CHECK(failure_for(*r, "libfixture.so").find("is writable by its group; refused (use --allow-insecure-plugins") !=
+        std::string::npos);
+  CHECK_FALSE(has_scheme(*r, "fixture"));
+
+  PluginRegistry lax;
+  lax.use_environment(false);
+  lax.use_default_directory(false);
+  lax.allow_insecure(true);
+  lax.add_directory(dir);
+  lax.load();
+  CHECK(has_scheme(lax, "fixture"));
+
+  fs::permissions(dir / "libfixture.so", fs::perms::group_write, fs::perm_options::remove);
+  fs::permissions(dir, fs::perms::others_write, fs::perm_options::add);
+  auto r2 = isolated({dir});
+  CHECK(failure_for(*r2, dir.filename().string()).find("plugin directory") != std::string::npos);
+  CHECK(failure_for(*r2, dir.filename().string()).find("writable by others") != std::string::npos);
+  CHECK_FALSE(has_scheme(*r2, "fixture"));
+  fs::permissions(dir, fs::perms::others_write, fs::perm_options::remove);
+
+  if (::geteuid() == 0) {  // only root can give a file away; CI runs as root
+    REQUIRE(::chown((dir / "libfixture.so").c_str(), 65534, 65534) == 0);
+    auto r3 = isolated({dir});
+    CHECK(failure_for(*r3, "libfixture.so").find("owned by uid 65534, neither root nor the current user") !=
+          std::string::npos);
+  } else {
+    MESSAGE("not root: the foreign-owner case needs chown and is checked in CI");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("guard rails: only *.so files directly inside are considered") {
+  fs::path dir = fresh_dir();
+  fs::copy_file(kGood, dir / "libfixture.so.1");
+  fs::create_directory(dir / "sub");
+  fs::copy_file(kGood, dir / "sub" / "libfixture.so");
+  fs::create_directory(dir / "dir.so");
+  auto r = isolated({dir});
+  CHECK(r->failures().empty());
+  CHECK_FALSE(has_scheme(*r, "fixture"));
+  fs::remove_all(dir);
 }

@@ -14,6 +14,9 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #ifndef TOOLNEXUS_VERSION
 #define TOOLNEXUS_VERSION "0.0.0"
 #endif
@@ -108,6 +111,28 @@ constexpr uint32_t kMinDescriptorSize =
     static_cast<uint32_t>(offsetof(tnx_plugin_descriptor, vtable) + sizeof(void *));
 constexpr uint32_t kMinVtableSize = static_cast<uint32_t>(offsetof(tnx_store_vtable, close) + sizeof(void *));
 
+// Why `p` (a plugin file or directory) may not be trusted, or "".
+std::string insecure(const fs::path &p, const char *what) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return std::string("cannot stat ") + what;
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me)
+    return std::string(what) + " " + p.string() + " is owned by uid " + std::to_string(st.st_uid) +
+           ", neither root nor the current user; refused (use --allow-insecure-plugins to load anyway)";
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return std::string(what) + " " + p.string() + " is writable by " +
+           ((st.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
+           "; refused (use --allow-insecure-plugins to load anyway)";
+  return {};
+}
+
+bool inside(const fs::path &child, const fs::path &dir) {
+  auto d = dir.begin(), c = child.begin();
+  for (; d != dir.end(); ++d, ++c)
+    if (c == child.end() || *c != *d) return false;
+  return true;
+}
+
 const tnx_host_info &host_info() {
   static const tnx_host_info h = {TNX_HEADER_INIT(tnx_host_info), "toolnexus", TOOLNEXUS_VERSION};
   return h;
@@ -171,6 +196,7 @@ struct PluginRegistry::Impl {
   std::vector<fs::path> added;
   bool use_env = true;
   bool use_default = true;
+  bool allow_insecure = false;
   std::set<std::string> seen;  // canonical paths already considered
   std::vector<std::shared_ptr<LoadedPlugin>> loaded;
   std::vector<PluginFailure> failures;
@@ -255,11 +281,32 @@ struct PluginRegistry::Impl {
         if (seen.insert(key).second) fail(dir.string(), "plugin directory does not exist or is not a directory");
         continue;
       }
+      fs::path canon_dir = fs::canonical(dir, ec);
+      if (ec) {
+        fail(dir.string(), "cannot resolve plugin directory: " + ec.message());
+        continue;
+      }
+      if (!allow_insecure) {
+        std::string why = insecure(canon_dir, "plugin directory");
+        if (!why.empty()) {
+          if (seen.insert("dir:" + canon_dir.string()).second) fail(canon_dir.string(), why);
+          continue;
+        }
+      }
       std::vector<fs::path> files;
-      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      for (fs::directory_iterator it(canon_dir, ec), end; !ec && it != end; it.increment(ec)) {
         const fs::path &p = it->path();
         if (p.extension() != ".so") continue;
         std::error_code sec;
+        if (it->is_symlink(sec)) {
+          fs::path target = fs::canonical(p, sec);
+          if (sec || !inside(target, canon_dir)) {
+            if (seen.insert("link:" + p.string()).second)
+              fail(p.string(), sec ? "broken symlink" : "symlink leads outside its plugin directory (to " +
+                                                            target.string() + "); refused");
+            continue;
+          }
+        }
         if (!it->is_regular_file(sec)) continue;
         files.push_back(p);
       }
@@ -268,7 +315,18 @@ struct PluginRegistry::Impl {
         continue;
       }
       std::sort(files.begin(), files.end());
-      for (const auto &f : files) load_file_locked(f, nullptr);
+      for (const auto &f : files) {
+        if (!allow_insecure) {
+          std::error_code cec;
+          fs::path real = fs::canonical(f, cec);
+          std::string why = insecure(cec ? f : real, "plugin file");
+          if (!why.empty()) {
+            if (seen.insert((cec ? f : real).string()).second) fail((cec ? f : real).string(), why);
+            continue;
+          }
+        }
+        load_file_locked(f, nullptr);
+      }
     }
     // The embedded memory store is the fallback for "memory" only.
     if (by_scheme.find("memory") == by_scheme.end()) {
@@ -301,6 +359,11 @@ void PluginRegistry::add_directory(const fs::path &dir) {
 void PluginRegistry::use_environment(bool on) {
   std::lock_guard lock(impl_->mu);
   impl_->use_env = on;
+}
+
+void PluginRegistry::allow_insecure(bool on) {
+  std::lock_guard lock(impl_->mu);
+  impl_->allow_insecure = on;
 }
 
 void PluginRegistry::use_default_directory(bool on) {

@@ -78,6 +78,14 @@ class PluginRegistry {
   /// Default true.
   void use_default_directory(bool on);
 
+  /// Guard rails (on by default): a plugin directory or library file that
+  /// is writable by group or others, or owned by a user other than root and
+  /// the current one, is refused, as is a symlink that leads outside its
+  /// plugin directory. allow_insecure(true) turns the permission checks off
+  /// (the symlink rule stays). Only regular files named *.so directly inside
+  /// a plugin directory are ever considered.
+  void allow_insecure(bool on);
+
   /// The directories searched, in order, as absolute paths.
   std::vector<std::filesystem::path> search_path() const;
 
