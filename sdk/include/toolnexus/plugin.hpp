@@ -183,7 +183,8 @@ struct ListKey {
     return std::string_view(id) < o_id;
   }
 
-  /// Opaque printable cursor: "<time>.<hex of id>".
+  /// Opaque printable cursor: "<time>.<hex of id>" (2 bytes per id byte;
+  /// the ABI sets no cursor length limit).
   std::string encode() const {
     std::string out = std::to_string(time_us);
     out.push_back('.');

@@ -258,15 +258,17 @@ typedef struct tnx_task_record {
 /**
  * Receives one record from get or list. Called on the thread that called the
  * store function, before that function returns. `rec` and everything it
- * points to are valid only during the call.
+ * points to are valid only during the call. A sink must not call back into
+ * the same store (the store may hold a lock while it delivers).
  * Return 0 to continue, non-zero to stop a list early (the store then returns
  * TNX_OK without producing a next cursor).
  */
 typedef int32_t (*tnx_record_sink)(void *ctx, const tnx_task_record *rec);
 
 /**
- * Receives the opaque cursor of the next page from list (printable ASCII, at
- * most 1024 bytes). Called at most once per list call, only when another page
+ * Receives the opaque cursor of the next page from list: printable ASCII
+ * (0x21..0x7e), of any length (a keyset cursor holds an id, and ids have no
+ * length limit). Called at most once per list call, only when another page
  * exists. `cursor` is valid only during the call.
  */
 typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
@@ -321,8 +323,8 @@ typedef struct tnx_list_query {
   uint32_t omit_json;
   /** ABI 1.1 (the same bytes were `reserved0`, always 0, in 1.0).
    *  0: a record that cannot be decoded stops the list with TNX_ECORRUPT.
-   *  Non-zero: deliver it instead and go on (for tools that copy or check a
-   *  whole store): `id` = its id, or when the store cannot recover the id a
+   *  Non-zero: deliver it instead, whatever the filters, and go on (for
+   *  tools that copy or check a whole store): `id` = its id, or when the store cannot recover the id a
    *  store-specific name of its location (e.g. the file name); state and
    *  context_id empty; status_time_us = TNX_TIME_NONE; version 0; task_json =
    *  the raw stored bytes (may be empty or not JSON). The host recognises it
@@ -368,7 +370,11 @@ typedef struct tnx_store_vtable {
    * On TNX_OK, *out_version (never NULL) receives the new version.
    * Returns TNX_OK, TNX_ECONFLICT (nothing written), TNX_EINVAL (empty id,
    * bad field), TNX_EIO (nothing changed; e.g. disk full), TNX_EUNSUPPORTED
-   * (CAS requested without TNX_CAP_COMPARE_AND_SET), TNX_EINTERNAL.
+   * (CAS requested without TNX_CAP_COMPARE_AND_SET, or the store was
+   * opened read-only), TNX_EINTERNAL.
+   * One exception to "nothing changed" on TNX_EIO: when a step after the
+   * point of no return fails (e.g. the directory fsync after a rename), the
+   * message must say that the outcome is unknown.
    * A store with TNX_CAP_DURABLE reports TNX_OK only once the data survives
    * a crash of the machine.
    */
@@ -498,6 +504,13 @@ typedef struct tnx_plugin_descriptor {
  */
 typedef const tnx_plugin_descriptor *(*tnx_plugin_entry_fn)(
     const tnx_host_info *host);
+
+#ifndef TNX_NO_ENTRY_DECLARATION
+/** The entry function a plugin defines (and exports; nothing else). Declared
+ *  here so the compiler checks the plugin's definition against it. */
+TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(
+    const tnx_host_info *host);
+#endif
 
 #ifdef __cplusplus
 } /* extern "C" */

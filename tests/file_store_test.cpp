@@ -1,0 +1,1018 @@
+// Tests of the file:<dir> plugin through its C ABI only: the test dlopens
+// libtnx_file.so from TOOLNEXUS_TEST_PLUGIN_DIR (environment, else the
+// compile-time default), calls toolnexus_plugin_entry and drives the vtable.
+// It does not use core.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "toolnexus/task_store.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Loading the plugin
+// ---------------------------------------------------------------------------
+
+const tnx_plugin_descriptor *plugin() {
+  static const tnx_plugin_descriptor *d = [] {
+    const char *env = std::getenv("TOOLNEXUS_TEST_PLUGIN_DIR");
+    std::string dir = env != nullptr && *env != '\0' ? env : "";
+#ifdef TOOLNEXUS_TEST_PLUGIN_DIR
+    if (dir.empty()) dir = TOOLNEXUS_TEST_PLUGIN_DIR;
+#endif
+    REQUIRE_MESSAGE(!dir.empty(), "set TOOLNEXUS_TEST_PLUGIN_DIR to the built plugin directory");
+    const std::string lib = dir + "/libtnx_file.so";
+    void *h = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE_MESSAGE(h != nullptr, "dlopen " << lib << ": " << ::dlerror());
+    auto entry = reinterpret_cast<tnx_plugin_entry_fn>(::dlsym(h, TNX_PLUGIN_ENTRY_NAME));
+    REQUIRE(reinterpret_cast<void *>(entry) != nullptr);
+    tnx_host_info host = {TNX_HEADER_INIT(tnx_host_info), "file_store_test", "0"};
+    const tnx_plugin_descriptor *desc = entry(&host);
+    REQUIRE(desc != nullptr);
+    return desc;
+  }();
+  return d;
+}
+
+tnx_str S(const std::string &s) { return tnx_str{s.data(), s.size()}; }
+tnx_str S(const char *s) { return tnx_str{s, std::strlen(s)}; }
+std::string V(tnx_str s) { return s.len == 0 ? std::string() : std::string(s.data, s.len); }
+
+// ---------------------------------------------------------------------------
+// A thin C++ wrapper over one open store
+// ---------------------------------------------------------------------------
+
+struct Rec {
+  std::string id, context_id, state, owner, tenant, json;
+  int64_t time_us = 0;
+  uint64_t version = 0;
+};
+
+Rec copy(const tnx_task_record *r) {
+  Rec o;
+  o.id = V(r->id);
+  o.context_id = V(r->context_id);
+  o.state = V(r->state);
+  o.owner = V(r->owner);
+  o.tenant = V(r->tenant);
+  o.json = V(r->task_json);
+  o.time_us = r->status_time_us;
+  o.version = r->version;
+  return o;
+}
+
+struct Result {
+  tnx_status rc = TNX_OK;
+  std::string err;
+  uint64_t version = 0;
+  Rec rec;
+  std::vector<Rec> recs;
+  std::string cursor;
+};
+
+// JSON string literal of arbitrary bytes (non-ASCII bytes kept as is).
+std::string jstr(const std::string &s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o.push_back('\\');
+      o.push_back(static_cast<char>(c));
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o.push_back(static_cast<char>(c));
+    }
+  }
+  return o + "\"";
+}
+
+constexpr int64_t kJan1 = 1704067200LL * 1000000;  // 2024-01-01T00:00:00Z
+
+// A Task: its JSON and the matching index fields.
+struct Task {
+  std::string id, context_id = "ctx", state = "working", json, owner, tenant;
+  int64_t time_us = TNX_TIME_NONE;
+};
+
+// Task `id` with status time 2024-01-01T00:00:00Z + `sec` seconds (sec < 0:
+// no timestamp), and an extra payload to make bytes distinct.
+Task task(const std::string &id, int sec = 0, const std::string &state = "working",
+          const std::string &payload = "", const std::string &ctx = "ctx") {
+  Task t;
+  t.id = id;
+  t.state = state;
+  t.context_id = ctx;
+  std::string status = "{\"state\":" + jstr(state);
+  if (sec >= 0) {
+    char ts[64];
+    std::snprintf(ts, sizeof ts, "2024-01-01T%02d:%02d:%02dZ", sec / 3600, (sec / 60) % 60, sec % 60);
+    status += std::string(",\"timestamp\":\"") + ts + "\"";
+    t.time_us = kJan1 + int64_t(sec) * 1000000;
+  }
+  status += "}";
+  t.json = "{\"id\":" + jstr(id) + ",\"contextId\":" + jstr(ctx) + ",\"status\":" + status +
+           ",\"kind\":\"task\",\"metadata\":{\"p\":" + jstr(payload) + "}}";
+  return t;
+}
+
+class Store {
+ public:
+  explicit Store(const std::string &location) {
+    Result r = open_raw(location, &s_);
+    REQUIRE_MESSAGE(r.rc == TNX_OK, "open file:" << location << ": " << r.err);
+  }
+  ~Store() {
+    if (s_ != nullptr) close();
+  }
+  Store(const Store &) = delete;
+  Store &operator=(const Store &) = delete;
+
+  static Result open_raw(const std::string &location, tnx_store **out) {
+    const std::string sel = "file:" + location;
+    tnx_open_args a = {TNX_HEADER_INIT(tnx_open_args), S(scheme()), S(location), S(sel)};
+    Result r;
+    char err[1024] = {0};
+    r.rc = plugin()->open(&a, out, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
+  Result save(const Task &t, uint64_t expected = TNX_VERSION_ANY) {
+    tnx_task_record rec{};
+    rec.header = tnx_abi_header TNX_HEADER_INIT(tnx_task_record);
+    rec.id = S(t.id);
+    rec.context_id = S(t.context_id);
+    rec.state = S(t.state);
+    rec.status_time_us = t.time_us;
+    rec.owner = S(t.owner);
+    rec.tenant = S(t.tenant);
+    rec.task_json = S(t.json);
+    Result r;
+    char err[1024] = {0};
+    r.rc = vt()->save(s_, &rec, expected, &r.version, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
+  Result get(const std::string &id) {
+    Result r;
+    char err[1024] = {0};
+    int calls = 0;
+    struct Ctx {
+      Result *r;
+      int *calls;
+    } ctx{&r, &calls};
+    r.rc = vt()->get(
+        s_, S(id),
+        [](void *c, const tnx_task_record *rec) -> int32_t {
+          auto *x = static_cast<Ctx *>(c);
+          x->r->rec = copy(rec);
+          ++*x->calls;
+          return 0;
+        },
+        &ctx, err, sizeof err);
+    r.err = err;
+    if (r.rc == TNX_OK) CHECK(calls == 1);
+    else CHECK(calls == 0);
+    return r;
+  }
+
+  Result del(const std::string &id, uint64_t expected = TNX_VERSION_ANY) {
+    Result r;
+    char err[1024] = {0};
+    r.rc = vt()->del(s_, S(id), expected, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
+  Result list(tnx_list_query q) {
+    Result r;
+    char err[1024] = {0};
+    r.rc = vt()->list(
+        s_, &q,
+        [](void *c, const tnx_task_record *rec) -> int32_t {
+          static_cast<Result *>(c)->recs.push_back(copy(rec));
+          return 0;
+        },
+        [](void *c, tnx_str cur) { static_cast<Result *>(c)->cursor = V(cur); }, &r, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
+  // Every record, page by page; checks cursors are printable and <= 1024.
+  std::vector<Rec> list_all(uint32_t page = 1000, tnx_list_query q = query()) {
+    std::vector<Rec> all;
+    std::string cursor;
+    for (int guard = 0; guard < 100000; ++guard) {
+      q.page_size = page;
+      q.cursor = S(cursor);
+      Result r = list(q);
+      REQUIRE_MESSAGE(r.rc == TNX_OK, r.err);
+      CHECK(r.recs.size() <= page);
+      all.insert(all.end(), r.recs.begin(), r.recs.end());
+      if (r.cursor.empty()) break;
+      CHECK(r.recs.size() == page);
+      CHECK(r.cursor.size() <= 1024);
+      for (char c : r.cursor) CHECK((c >= 0x20 && c < 0x7f));
+      cursor = r.cursor;
+    }
+    return all;
+  }
+
+  static tnx_list_query query() {
+    tnx_list_query q{};
+    q.header = tnx_abi_header TNX_HEADER_INIT(tnx_list_query);
+    q.page_size = 1000;
+    return q;
+  }
+
+  tnx_status close() {
+    char err[1024] = {0};
+    tnx_status rc = vt()->close(s_, err, sizeof err);
+    s_ = nullptr;
+    return rc;
+  }
+
+  static const char *scheme() { return "file"; }
+  tnx_store *handle() const { return s_; }
+  static const tnx_store_vtable *vt() { return plugin()->vtable; }
+
+ private:
+  tnx_store *s_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// File system helpers
+// ---------------------------------------------------------------------------
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tnx-file-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(&tmpl[0]) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string &n) const { return path + "/" + n; }
+  std::string path;
+};
+
+std::string slurp(const std::string &p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string &p, const std::string &bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
+std::set<std::string> names_in(const std::string &dir) {
+  std::set<std::string> out;
+  for (const auto &e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+bool any_temp(const std::string &dir) {
+  for (const auto &n : names_in(dir))
+    if (n.size() >= 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) return true;
+  return false;
+}
+
+// SHA-256 of a file, lower-case hex (via sha256sum, coreutils).
+std::string sha256_file(const std::string &p) {
+  const std::string cmd = "sha256sum '" + p + "'";
+  FILE *f = ::popen(cmd.c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[65] = {0};
+  const size_t n = std::fread(buf, 1, 64, f);
+  ::pclose(f);
+  REQUIRE(n == 64);
+  return std::string(buf, 64);
+}
+
+// Blocks SIGXFSZ and caps the process's file size for the scope.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    struct rlimit lim = old;
+    lim.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, old_handler);
+  }
+  struct rlimit old {};
+  void (*old_handler)(int) = nullptr;
+};
+
+}  // namespace
+
+// ===========================================================================
+
+TEST_CASE("descriptor: scheme, capabilities, one-process CAS stated") {
+  const tnx_plugin_descriptor *d = plugin();
+  CHECK(std::string(d->name) == "toolnexus-file");
+  REQUIRE(d->schemes[0] != nullptr);
+  CHECK(std::string(d->schemes[0]) == "file");
+  CHECK(d->schemes[1] == nullptr);
+  CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
+                            TNX_CAP_DURABLE | TNX_CAP_PERSISTENT));
+  CHECK((d->capabilities & TNX_CAP_MULTI_PROCESS) == 0);
+  REQUIRE(d->description != nullptr);
+  CHECK(std::string(d->description).find("one process") != std::string::npos);
+  REQUIRE(TNX_HAS_FIELD(d, tnx_plugin_descriptor, location_syntax));
+  CHECK(std::string(d->location_syntax) == "file:<dir>");
+}
+
+TEST_CASE("open: empty location, non-directory, nested and relative directories") {
+  tnx_store *s = nullptr;
+  Result r = Store::open_raw("", &s);
+  CHECK(r.rc == TNX_EINVAL);
+  CHECK(r.err.find("file:/var/lib/toolnexus/tasks") != std::string::npos);
+  CHECK(s == nullptr);
+
+  TempDir t;
+  write_file(t / "plain", "x");
+  r = Store::open_raw(t / "plain", &s);
+  CHECK(r.rc == TNX_EINVAL);
+  CHECK(r.err.find(t / "plain") != std::string::npos);
+
+  {  // parents created
+    Store st(t / "a/b/c");
+    CHECK(fs::is_directory(t / "a/b/c"));
+    CHECK(st.save(task("x")).rc == TNX_OK);
+    CHECK(fs::exists(t / "a/b/c/x.json"));
+  }
+  {  // relative to the working directory at open
+    const fs::path old = fs::current_path();
+    fs::current_path(t.path);
+    {
+      Store st("rel/dir");
+      fs::current_path(old);  // the store keeps its directory
+      CHECK(st.save(task("r1")).rc == TNX_OK);
+    }
+    CHECK(fs::exists(t / "rel/dir/r1.json"));
+  }
+}
+
+TEST_CASE("layout: a plain id is stored as exactly <dir>/<id>.json holding the saved bytes") {
+  TempDir t;
+  Store st(t.path);
+  Task a = task("abc-1_Z", 5, "completed", "payload \xC3\xBC \\ \"q\"");
+  Result r = st.save(a);
+  REQUIRE_MESSAGE(r.rc == TNX_OK, r.err);
+  CHECK(r.version == 1);
+  CHECK(names_in(t.path) == std::set<std::string>{"abc-1_Z.json"});
+  CHECK(slurp(t / "abc-1_Z.json") == a.json);
+
+  Result g = st.get("abc-1_Z");
+  REQUIRE_MESSAGE(g.rc == TNX_OK, g.err);
+  CHECK(g.rec.id == "abc-1_Z");
+  CHECK(g.rec.json == a.json);
+  CHECK(g.rec.context_id == "ctx");
+  CHECK(g.rec.state == "completed");
+  CHECK(g.rec.time_us == kJan1 + 5000000);
+  CHECK(g.rec.owner.empty());
+  CHECK(g.rec.tenant.empty());
+  CHECK(g.rec.version == 1);
+
+  CHECK(st.get("abc-1_z").rc == TNX_ENOTFOUND);
+  CHECK(st.get("missing").rc == TNX_ENOTFOUND);
+}
+
+TEST_CASE("odd ids: distinct files, all inside <dir>, names within 255 bytes, exact round trip") {
+  TempDir root;
+  const std::string dir = root / "store";
+  std::vector<std::string> ids = {
+      "a/b", "a_b", "../x", "x", "/", "/etc/passwd", ".", "..", "~x", "~", "x.json", ".tnx-1-2.tmp",
+      "\xC3\xBC",  // ü
+      "Abc", "abc", "%41", "A", "~%41", "a b", "tab\there", "quote\"back\\slash", "..\\x", "-", "_",
+      std::string(300, 'a'), std::string(300, 'a') + "b", std::string(250, 'q'), std::string(251, 'q'),
+      std::string(124, '/'), std::string(83, '/'), std::string(82, '/') + "x",
+      [] {
+        std::string s;
+        for (int i = 0; i < 150; ++i) s += "\xC3\xBC";
+        return s;
+      }(),
+      std::string("nul-free\x01\x7f\xff", 11)};
+  {
+    Store st(dir);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Result r = st.save(task(ids[i], int(i), "working", "n" + std::to_string(i)));
+      REQUIRE_MESSAGE(r.rc == TNX_OK, "id #" << i << ": " << r.err);
+    }
+    // Nothing outside <dir>: the parent holds only the store directory, and
+    // the store directory holds only regular files, one per id.
+    CHECK(names_in(root.path) == std::set<std::string>{"store"});
+    std::set<std::string> files = names_in(dir);
+    CHECK(files.size() == ids.size());
+    for (const auto &n : files) {
+      CHECK(n.size() <= 255);
+      CHECK(fs::is_regular_file(fs::symlink_status(dir + "/" + n)));
+      CHECK(n.find('/') == std::string::npos);
+      CHECK((n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0));
+    }
+    CHECK(files.count("a_b.json") == 1);
+    CHECK(files.count("Abc.json") == 1);
+    CHECK(files.count("abc.json") == 1);
+    CHECK(files.count(std::string(250, 'q') + ".json") == 1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Result g = st.get(ids[i]);
+      REQUIRE_MESSAGE(g.rc == TNX_OK, "id #" << i << ": " << g.err);
+      CHECK(g.rec.id == ids[i]);
+      CHECK(g.rec.json == task(ids[i], int(i), "working", "n" + std::to_string(i)).json);
+      CHECK(g.rec.time_us == kJan1 + int64_t(i) * 1000000);
+    }
+  }
+  {  // and after reopening, list finds every id exactly once, newest first
+    Store st(dir);
+    std::vector<Rec> all = st.list_all(7);
+    REQUIRE(all.size() == ids.size());
+    for (size_t k = 0; k < all.size(); ++k) CHECK(all[k].id == ids[ids.size() - 1 - k]);
+    for (const auto &id : ids) CHECK(st.del(id).rc == TNX_OK);
+    CHECK(names_in(dir).empty());
+  }
+}
+
+TEST_CASE("seed compatibility: a directory of hand-written <id>.json files opens and reads") {
+  TempDir t;
+  const std::string t1 =
+      "{\"id\":\"task-1\",\"contextId\":\"c1\",\"kind\":\"task\",\"status\":{\"state\":\"input-required\","
+      "\"timestamp\":\"2024-01-01T00:00:10.5+01:00\"},\"history\":[]}";
+  const std::string t2 = "{\n  \"id\": \"task-2\",\n  \"status\": {\"state\": \"completed\"}\n}\n";
+  const std::string t3 = "{\"id\":\"3f2a9c1e-0b7d-4c55-9e1a-77c0d1f2e3a4\",\"status\":{\"state\":\"working\","
+                         "\"timestamp\":\"2024-01-01T00:00:20.123456789Z\"}}";
+  write_file(t / "task-1.json", t1);
+  write_file(t / "task-2.json", t2);
+  write_file(t / "3f2a9c1e-0b7d-4c55-9e1a-77c0d1f2e3a4.json", t3);
+  write_file(t / "README", "not a task");
+  write_file(t / "task-1.json.tmp", "seed temp file, not ours");
+  Store st(t.path);
+
+  Result g = st.get("task-1");
+  REQUIRE_MESSAGE(g.rc == TNX_OK, g.err);
+  CHECK(g.rec.json == t1);
+  CHECK(g.rec.context_id == "c1");
+  CHECK(g.rec.state == "input-required");
+  CHECK(g.rec.time_us == kJan1 + 10500000 - 3600LL * 1000000);
+  CHECK(g.rec.owner.empty());
+  CHECK(g.rec.tenant.empty());
+  CHECK(g.rec.version == 1);
+
+  g = st.get("task-2");
+  REQUIRE_MESSAGE(g.rc == TNX_OK, g.err);
+  CHECK(g.rec.json == t2);
+  CHECK(g.rec.context_id.empty());
+  CHECK(g.rec.state == "completed");
+  CHECK(g.rec.time_us == TNX_TIME_NONE);
+
+  std::vector<Rec> all = st.list_all();
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].id == "3f2a9c1e-0b7d-4c55-9e1a-77c0d1f2e3a4");
+  CHECK(all[0].time_us == kJan1 + 20123456);
+  CHECK(all[1].id == "task-1");
+  CHECK(all[2].id == "task-2");  // no time sorts oldest
+
+  // A save replaces the seed's file in place, with the same name.
+  Task n = task("task-1", 30, "completed");
+  Result s = st.save(n, 1);
+  REQUIRE_MESSAGE(s.rc == TNX_OK, s.err);
+  CHECK(s.version == 2);
+  CHECK(slurp(t / "task-1.json") == n.json);
+  CHECK(fs::exists(t / "README"));
+  CHECK(fs::exists(t / "task-1.json.tmp"));
+}
+
+TEST_CASE("corrupt files are TNX_ECORRUPT naming the file, for get and for list") {
+  struct Case {
+    const char *name;
+    std::string bytes;
+  };
+  const std::vector<Case> cases = {
+      {"empty", ""},
+      {"truncated", "{\"id\":\"truncated\",\"status\":{\"state\":\"wor"},
+      {"garbage", "\x7f" "ELF\x01\x02 garbage"},
+      {"array", "[1,2,3]"},
+      {"noid", "{\"status\":{\"state\":\"working\"}}"},
+      {"numid", "{\"id\":42}"},
+      {"wrongid", "{\"id\":\"someone-else\"}"},
+      {"badtime", "{\"id\":\"badtime\",\"status\":{\"timestamp\":\"yesterday\"}}"},
+      {"trailing", "{\"id\":\"trailing\"} {}"},
+  };
+  for (const auto &c : cases) {
+    CAPTURE(c.name);
+    TempDir t;
+    write_file(t / "good.json", "{\"id\":\"good\"}");
+    const std::string bad = t / (std::string(c.name) + ".json");
+    write_file(bad, c.bytes);
+    Store st(t.path);
+    Result g = st.get(c.name);
+    CHECK(g.rc == TNX_ECORRUPT);
+    CHECK_MESSAGE(g.err.find(bad) != std::string::npos, g.err);
+    CHECK(st.get("good").rc == TNX_OK);
+    Result l = st.list(Store::query());
+    CHECK(l.rc == TNX_ECORRUPT);
+    CHECK_MESSAGE(l.err.find(bad) != std::string::npos, l.err);
+    // A corrupt Task can be repaired by saving it (for ids whose file it is).
+    if (std::string(c.name) != "wrongid") {
+      Result s = st.save(task(c.name));
+      CHECK_MESSAGE(s.rc == TNX_OK, s.err);
+      CHECK(st.get(c.name).rc == TNX_OK);
+      CHECK(st.list(Store::query()).rc == TNX_OK);
+    }
+  }
+}
+
+TEST_CASE("a corrupt sidecar is TNX_ECORRUPT naming it") {
+  {
+    TempDir t;
+    {
+      Store st(t.path);
+      Task a = task("owned");
+      a.owner = "alice";
+      REQUIRE(st.save(a).rc == TNX_OK);
+    }
+    write_file(t / "owned.meta", "{\"owner\":");
+    Store st(t.path);
+    Result g = st.get("owned");
+    CHECK(g.rc == TNX_ECORRUPT);
+    CHECK(g.err.find(t / "owned.meta") != std::string::npos);
+    Result l = st.list(Store::query());
+    CHECK(l.rc == TNX_ECORRUPT);
+  }
+}
+
+TEST_CASE("open removes stray temporary files of this plugin only") {
+  TempDir t;
+  write_file(t / ".tnx-123-4.tmp", "half a task");
+  write_file(t / ".tnx-99999999-0.tmp", "");
+  write_file(t / "keep.json", "{\"id\":\"keep\"}");
+  write_file(t / "orphan.meta", "{\"owner\":\"x\",\"tenant\":\"\"}");  // no orphan.json
+  write_file(t / "keep.meta", "{\"owner\":\"bob\",\"tenant\":\"\"}");
+  const std::set<std::string> foreign = {".tnx-abc.tmp", ".tnx-1-2.tmp.bak", "x.tmp", "keep.json.tmp",
+                                         ".hidden", "README", "notes.txt"};
+  for (const auto &n : foreign) write_file(t / n, "foreign");
+  Store st(t.path);
+  std::set<std::string> expect = foreign;
+  expect.insert("keep.json");
+  expect.insert("keep.meta");
+  CHECK(names_in(t.path) == expect);
+  Result g = st.get("keep");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(g.rec.owner == "bob");
+  std::vector<Rec> all = st.list_all();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].id == "keep");
+}
+
+TEST_CASE("a failed write (file too large) keeps the previous version and leaves no temp file") {
+  TempDir t;
+  Store st(t.path);
+  Task v1 = task("t", 1, "working", "small");
+  REQUIRE(st.save(v1).rc == TNX_OK);
+  Task owned = task("w", 1);
+  owned.owner = "alice";
+  owned.tenant = "acme";
+  REQUIRE(st.save(owned).rc == TNX_OK);
+  const std::set<std::string> before = names_in(t.path);
+
+  Task v2 = task("t", 2, "completed", std::string(4096, 'x'));
+  Task fresh = task("u", 2, "working", std::string(4096, 'y'));
+  Task w2 = task("w", 2, "completed", std::string(4096, 'z'));
+  w2.owner = "mallory";
+  Result r1, r2, r3;
+  {
+    FileSizeLimit lim(64);
+    r1 = st.save(v2);
+    r2 = st.save(fresh, TNX_VERSION_NONE);
+    r3 = st.save(w2);
+  }
+  CHECK(r1.rc == TNX_EIO);
+  CHECK_MESSAGE(r1.err.find(t.path) != std::string::npos, r1.err);
+  CHECK_MESSAGE(r1.err.find("too large") != std::string::npos, r1.err);
+  CHECK(r2.rc == TNX_EIO);
+  CHECK(r3.rc == TNX_EIO);
+  CHECK(names_in(t.path) == before);
+  CHECK_FALSE(any_temp(t.path));
+
+  Result g = st.get("t");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(g.rec.json == v1.json);
+  CHECK(g.rec.version == 1);
+  CHECK(st.get("u").rc == TNX_ENOTFOUND);
+  g = st.get("w");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(g.rec.json == owned.json);
+  CHECK(g.rec.owner == "alice");
+  CHECK(g.rec.tenant == "acme");
+
+  // And the store still works afterwards.
+  Result ok = st.save(v2, 1);
+  CHECK_MESSAGE(ok.rc == TNX_OK, ok.err);
+  CHECK(ok.version == 2);
+  CHECK(slurp(t / "t.json") == v2.json);
+}
+
+TEST_CASE("compare-and-set and versions") {
+  TempDir t;
+  Store st(t.path);
+  Result r = st.save(task("c", 1, "submitted"), TNX_VERSION_NONE);
+  REQUIRE(r.rc == TNX_OK);
+  CHECK(r.version == 1);
+  r = st.save(task("c", 2), TNX_VERSION_NONE);
+  CHECK(r.rc == TNX_ECONFLICT);
+  r = st.save(task("c", 2, "working"), 1);
+  REQUIRE(r.rc == TNX_OK);
+  CHECK(r.version == 2);
+  r = st.save(task("c", 3, "failed"), 1);  // stale
+  CHECK(r.rc == TNX_ECONFLICT);
+  CHECK(r.err.find("expected version 1") != std::string::npos);
+  Result g = st.get("c");
+  CHECK(g.rec.state == "working");
+  CHECK(g.rec.version == 2);
+  r = st.save(task("c", 3, "completed"), 7);
+  CHECK(r.rc == TNX_ECONFLICT);
+  r = st.save(task("c", 3, "completed"));
+  CHECK(r.version == 3);
+  CHECK(st.save(task("nope"), 1).rc == TNX_ECONFLICT);
+  CHECK(st.get("nope").rc == TNX_ENOTFOUND);
+  CHECK_FALSE(fs::exists(t / "nope.json"));
+
+  CHECK(st.del("c", 2).rc == TNX_ECONFLICT);
+  CHECK(fs::exists(t / "c.json"));
+  CHECK(st.del("c", 3).rc == TNX_OK);
+  CHECK_FALSE(fs::exists(t / "c.json"));
+  CHECK(st.get("c").rc == TNX_ENOTFOUND);
+  CHECK(st.del("c").rc == TNX_ENOTFOUND);
+  r = st.save(task("c", 4), TNX_VERSION_NONE);  // re-created: numbering continues upwards
+  REQUIRE(r.rc == TNX_OK);
+  CHECK(r.version == 4);
+
+  // Invalid input writes nothing.
+  Task bad = task("d");
+  bad.json = "{\"id\":\"other\"}";
+  r = st.save(bad);
+  CHECK(r.rc == TNX_EINVAL);
+  bad = task("d", 5);
+  bad.time_us += 1;
+  CHECK(st.save(bad).rc == TNX_EINVAL);
+  bad = task("d");
+  bad.json = "not json";
+  CHECK(st.save(bad).rc == TNX_EINVAL);
+  CHECK_FALSE(fs::exists(t / "d.json"));
+  CHECK(st.get("").rc == TNX_EINVAL);
+}
+
+TEST_CASE("owner and tenant live beside the Task file, not in it") {
+  TempDir t;
+  {
+    Store st(t.path);
+    Task a = task("o1", 1);
+    a.owner = "alice";
+    a.tenant = "acme";
+    REQUIRE(st.save(a).rc == TNX_OK);
+    CHECK(slurp(t / "o1.json") == a.json);
+    CHECK(fs::exists(t / "o1.meta"));
+    Task b = task("o2", 2);
+    b.owner = "bob";
+    REQUIRE(st.save(b).rc == TNX_OK);
+    REQUIRE(st.save(task("o3", 3)).rc == TNX_OK);
+    CHECK_FALSE(fs::exists(t / "o3.meta"));
+
+    tnx_list_query q = Store::query();
+    q.filter_flags = TNX_FILTER_OWNER;
+    std::string owner_alice = "alice";
+    q.owner = S(owner_alice);
+    std::vector<Rec> l = st.list_all(1000, q);
+    REQUIRE(l.size() == 1);
+    CHECK(l[0].id == "o1");
+    CHECK(l[0].tenant == "acme");
+    std::string empty;
+    q.owner = S(empty);
+    l = st.list_all(1000, q);
+    REQUIRE(l.size() == 1);
+    CHECK(l[0].id == "o3");
+    q.filter_flags = TNX_FILTER_TENANT;
+    std::string acme = "acme";
+    q.tenant = S(acme);
+    l = st.list_all(1000, q);
+    REQUIRE(l.size() == 1);
+    CHECK(l[0].id == "o1");
+  }
+  {
+    Store st(t.path);  // persisted across reopen
+    Result g = st.get("o1");
+    REQUIRE(g.rc == TNX_OK);
+    CHECK(g.rec.owner == "alice");
+    CHECK(g.rec.tenant == "acme");
+    // Owner changes together with the bytes.
+    Task a2 = task("o1", 5, "completed");
+    a2.owner = "carol";
+    REQUIRE(st.save(a2, 1).rc == TNX_OK);
+    g = st.get("o1");
+    CHECK(g.rec.owner == "carol");
+    CHECK(g.rec.tenant.empty());
+    CHECK(g.rec.json == a2.json);
+    CHECK(slurp(t / "o1.meta").find("prev") == std::string::npos);
+    // Same bytes, new owner.
+    a2.owner = "dave";
+    REQUIRE(st.save(a2).rc == TNX_OK);
+    CHECK(st.get("o1").rec.owner == "dave");
+    // Owner removed: the sidecar goes.
+    a2.owner.clear();
+    REQUIRE(st.save(a2).rc == TNX_OK);
+    CHECK(st.get("o1").rec.owner.empty());
+    CHECK_FALSE(fs::exists(t / "o1.meta"));
+    // Delete removes the sidecar too.
+    CHECK(st.del("o2").rc == TNX_OK);
+    CHECK_FALSE(fs::exists(t / "o2.json"));
+    CHECK_FALSE(fs::exists(t / "o2.meta"));
+  }
+  {
+    // A crash between the sidecar and the Task file of a save that changes
+    // owner and bytes: the sidecar has the new owner plus a "prev" slot for
+    // the old bytes, which are still in place, so the old owner holds.
+    const std::string meta_of = "{\"owner\":\"eve\",\"tenant\":\"evil\",\"prev\":{\"owner\":\"\","
+                                "\"tenant\":\"t0\",\"sha256\":\"";
+    write_file(t / "o3.meta", meta_of + sha256_file(t / "o3.json") + "\"}}");
+    Store st(t.path);
+    Result g = st.get("o3");
+    REQUIRE(g.rc == TNX_OK);
+    CHECK(g.rec.owner.empty());
+    CHECK(g.rec.tenant == "t0");
+    // Had the Task file been replaced, the digest would not match: new owner.
+    write_file(t / "o3.meta", meta_of + std::string(64, '0') + "\"}}");
+    g = st.get("o3");
+    CHECK(g.rec.owner == "eve");
+    CHECK(g.rec.tenant == "evil");
+    // A save that fails after a crash left a "prev" slot behind: the owner of
+    // the version still in place (the "prev" one) must survive the failure.
+    write_file(t / "o3.meta", meta_of + sha256_file(t / "o3.json") + "\"}}");
+    Task big = task("o3", 8, "working", std::string(8192, 'b'));  // owner empty, tenant empty
+    big.tenant = "t0";
+    Result f;
+    {
+      FileSizeLimit lim(1024);  // sidecars fit, the Task file does not
+      f = st.save(big);
+    }
+    CHECK(f.rc == TNX_EIO);
+    CHECK_FALSE(any_temp(t.path));
+    g = st.get("o3");
+    REQUIRE(g.rc == TNX_OK);
+    CHECK(g.rec.json == task("o3", 3).json);
+    CHECK(g.rec.owner.empty());
+    CHECK(g.rec.tenant == "t0");
+    write_file(t / "o3.meta", meta_of + std::string(64, '0') + "\"}}");
+    // The next save cleans the "prev" slot away.
+    Task a = task("o3", 9);
+    a.owner = "eve";
+    a.tenant = "evil";
+    REQUIRE(st.save(a).rc == TNX_OK);
+    CHECK(slurp(t / "o3.meta").find("prev") == std::string::npos);
+    CHECK(st.get("o3").rec.owner == "eve");
+  }
+}
+
+TEST_CASE("list: order, filters, paging with a keyset cursor, bad queries") {
+  TempDir t;
+  Store st(t.path);
+  std::vector<Task> tasks;
+  for (int i = 0; i < 25; ++i) {
+    // times with ties, some without a timestamp
+    const int sec = i % 5 == 4 ? -1 : (i % 7) * 10;
+    tasks.push_back(task("t" + std::to_string(100 + i), sec, i % 2 ? "completed" : "working", "",
+                         i % 3 ? "c1" : "c2"));
+    REQUIRE(st.save(tasks.back()).rc == TNX_OK);
+  }
+  std::vector<Task> expect = tasks;
+  std::sort(expect.begin(), expect.end(), [](const Task &a, const Task &b) {
+    if (a.time_us != b.time_us) return a.time_us > b.time_us;
+    return a.id < b.id;
+  });
+  for (uint32_t page : {1u, 2u, 7u, 24u, 25u, 26u, 5000u}) {
+    CAPTURE(page);
+    std::vector<Rec> all = st.list_all(page);
+    REQUIRE(all.size() == expect.size());
+    for (size_t k = 0; k < all.size(); ++k) {
+      CHECK(all[k].id == expect[k].id);
+      CHECK(all[k].json == expect[k].json);
+      CHECK(all[k].time_us == expect[k].time_us);
+      CHECK(all[k].version == 1);
+    }
+  }
+  // Filters.
+  tnx_list_query q = Store::query();
+  q.filter_flags = TNX_FILTER_STATE | TNX_FILTER_CONTEXT_ID;
+  std::string working = "working", c1 = "c1";
+  q.state = S(working);
+  q.context_id = S(c1);
+  std::vector<Rec> f = st.list_all(3, q);
+  size_t n = 0;
+  for (const auto &e : expect)
+    if (e.state == "working" && e.context_id == "c1") ++n;
+  CHECK(f.size() == n);
+  for (const auto &r : f) CHECK((r.state == "working" && r.context_id == "c1"));
+  q = Store::query();
+  q.filter_flags = TNX_FILTER_AFTER | TNX_FILTER_BEFORE;
+  q.after_us = kJan1 + 10 * 1000000;
+  q.before_us = kJan1 + 50 * 1000000;
+  f = st.list_all(2, q);
+  for (const auto &r : f) CHECK((r.time_us > q.after_us && r.time_us < q.before_us));
+  n = 0;
+  for (const auto &e : expect)
+    if (e.time_us > q.after_us && e.time_us < q.before_us) ++n;
+  CHECK(f.size() == n);
+  // omit_json may drop the JSON but not the index.
+  q = Store::query();
+  q.omit_json = 1;
+  Result l = st.list(q);
+  REQUIRE(l.rc == TNX_OK);
+  CHECK(l.recs.size() == 25);
+  CHECK(l.recs[0].id == expect[0].id);
+
+  // The cursor is a keyset: records added/removed between pages do not shift it.
+  q = Store::query();
+  q.page_size = 10;
+  Result p1 = st.list(q);
+  REQUIRE(p1.rc == TNX_OK);
+  REQUIRE(p1.recs.size() == 10);
+  REQUIRE_FALSE(p1.cursor.empty());
+  REQUIRE(st.del(p1.recs[3].id).rc == TNX_OK);
+  REQUIRE(st.save(task("t000", 1000)).rc == TNX_OK);  // newest: before the cursor
+  q.cursor = S(p1.cursor);
+  Result p2 = st.list(q);
+  REQUIRE(p2.rc == TNX_OK);
+  REQUIRE(p2.recs.size() == 10);
+  CHECK(p2.recs[0].id == expect[10].id);
+
+  // Bad queries.
+  q = Store::query();
+  q.page_size = 0;
+  CHECK(st.list(q).rc == TNX_EINVAL);
+  q = Store::query();
+  std::string bad = "zz.not-a-cursor";
+  q.cursor = S(bad);
+  CHECK(st.list(q).rc == TNX_EINVAL);
+  // Early stop by the sink: TNX_OK, no cursor.
+  q = Store::query();
+  q.page_size = 5;
+  Result stop;
+  char err[256] = {0};
+  int seen = 0;
+  struct Ctx {
+    int *seen;
+    std::string *cursor;
+  } ctx{&seen, &stop.cursor};
+  tnx_status rc = Store::vt()->list(
+      st.handle(), &q,
+      [](void *c, const tnx_task_record *) -> int32_t { return ++*static_cast<Ctx *>(c)->seen == 2; },
+      [](void *c, tnx_str cur) { *static_cast<Ctx *>(c)->cursor = V(cur); }, &ctx, err, sizeof err);
+  CHECK(rc == TNX_OK);
+  CHECK(seen == 2);
+  CHECK(stop.cursor.empty());
+}
+
+TEST_CASE("list: ids too long for a plain cursor still page exactly") {
+  TempDir t;
+  Store st(t.path);
+  std::vector<std::string> ids;
+  const std::string prefix(600, 'p');
+  for (int i = 0; i < 6; ++i) ids.push_back(prefix + std::to_string(i));
+  ids.push_back(std::string(470, 'p'));  // a prefix of all the others
+  ids.push_back(std::string(800, 'z'));
+  for (const auto &id : ids) REQUIRE(st.save(task(id, 7)).rc == TNX_OK);
+  std::sort(ids.begin(), ids.end());
+  std::vector<Rec> all = st.list_all(1);  // checks each cursor <= 1024 bytes
+  REQUIRE(all.size() == ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) CHECK(all[k].id == ids[k]);
+}
+
+TEST_CASE("8 threads saving the same and different ids: no torn or lost record") {
+  TempDir t;
+  Store st(t.path);
+  constexpr int kThreads = 8, kRounds = 40, kIncrements = 15;
+  auto counter_task = [](int n) {
+    Task c = task("counter", 1);
+    c.json = "{\"id\":\"counter\",\"contextId\":\"ctx\",\"status\":{\"state\":\"working\","
+             "\"timestamp\":\"2024-01-01T00:00:01Z\"},\"metadata\":{\"n\":" +
+             std::to_string(n) + "}}";
+    return c;
+  };
+  REQUIRE(st.save(counter_task(0), TNX_VERSION_NONE).rc == TNX_OK);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::string> errors;
+  std::mutex errors_mu;
+  auto fail = [&](const std::string &what) {
+    ++failures;
+    std::lock_guard<std::mutex> l(errors_mu);
+    if (errors.size() < 20) errors.push_back(what);
+  };
+  auto valid_shared = [](const std::string &json) {
+    for (int th = 0; th < kThreads; ++th)
+      for (int r = 0; r < kRounds; ++r)
+        if (json == task("shared", r, "working", "t" + std::to_string(th) + "r" + std::to_string(r)).json)
+          return true;
+    return false;
+  };
+  // A reader that must only ever see whole records.
+  std::thread reader([&] {
+    while (!stop.load()) {
+      Result g = st.get("shared");
+      if (g.rc == TNX_OK && !valid_shared(g.rec.json)) fail("torn get: " + g.rec.json.substr(0, 80));
+      if (g.rc != TNX_OK && g.rc != TNX_ENOTFOUND) fail("get: " + g.err);
+      Result l = st.list(Store::query());
+      if (l.rc != TNX_OK) fail("list: " + l.err);
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int th = 0; th < kThreads; ++th) {
+    writers.emplace_back([&, th] {
+      const std::string own = "own-" + std::to_string(th);
+      for (int r = 0; r < kRounds; ++r) {
+        Result a = st.save(task(own, r, "working", "r" + std::to_string(r)));
+        if (a.rc != TNX_OK || a.version != uint64_t(r + 1)) fail("own save: " + a.err);
+        Result b = st.save(task("shared", r, "working", "t" + std::to_string(th) + "r" + std::to_string(r)));
+        if (b.rc != TNX_OK) fail("shared save: " + b.err);
+      }
+      for (int k = 0; k < kIncrements;) {  // CAS increments
+        Result g = st.get("counter");
+        if (g.rc != TNX_OK) {
+          fail("counter get: " + g.err);
+          return;
+        }
+        const size_t p = g.rec.json.find("\"n\":");
+        const int n = std::atoi(g.rec.json.c_str() + p + 4);
+        Result s = st.save(counter_task(n + 1), g.rec.version);
+        if (s.rc == TNX_OK) {
+          if (s.version != g.rec.version + 1) fail("counter version");
+          ++k;
+        } else if (s.rc != TNX_ECONFLICT) {
+          fail("counter save: " + s.err);
+          return;
+        }
+      }
+    });
+  }
+  for (auto &w : writers) w.join();
+  stop = true;
+  reader.join();
+  std::string all_errors;
+  for (const auto &e : errors) all_errors += e + "\n";
+  CHECK_MESSAGE(failures.load() == 0, all_errors);
+
+  for (int th = 0; th < kThreads; ++th) {
+    Result g = st.get("own-" + std::to_string(th));
+    REQUIRE(g.rc == TNX_OK);
+    CHECK(g.rec.json == task("own-" + std::to_string(th), kRounds - 1, "working",
+                             "r" + std::to_string(kRounds - 1)).json);
+    CHECK(g.rec.version == kRounds);
+  }
+  Result g = st.get("shared");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(valid_shared(g.rec.json));
+  CHECK(g.rec.version == uint64_t(kThreads * kRounds));
+  g = st.get("counter");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(g.rec.json == counter_task(kThreads * kIncrements).json);
+  CHECK(g.rec.version == uint64_t(kThreads * kIncrements + 1));
+  CHECK_FALSE(any_temp(t.path));
+  CHECK(names_in(t.path).size() == size_t(kThreads + 2));
+}
