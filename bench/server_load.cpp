@@ -363,6 +363,28 @@ int main(int argc, char **argv) {
     }
     if (method == "all" || method == "send") {
       print("SendMessage", run_phase(t, connections, threads, true, nullptr, warmup, seconds), connections);
+      // The worker pool must keep up: time until no Task is submitted/working.
+      const auto start = Clock::now();
+      auto pending = [&] {
+        uint64_t n = 0;
+        for (const char *state : {"submitted", "working"}) {
+          const std::string body = simple_post(
+              t, std::string(R"({"jsonrpc":"2.0","id":0,"method":"ListTasks","params":{"pageSize":1,"status":")") +
+                     state + R"("}})");
+          const auto k = body.find("\"totalSize\":");
+          if (k != std::string::npos) n += std::strtoull(body.c_str() + k + 12, nullptr, 10);
+        }
+        return n;
+      };
+      const uint64_t left = pending();
+      uint64_t now_left = left;
+      while (now_left != 0 && Clock::now() - start < std::chrono::seconds(30)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        now_left = pending();
+      }
+      std::printf("after SendMessage: %llu Task(s) not yet completed; %s after %.0f ms\n",
+                  static_cast<unsigned long long>(left), now_left == 0 ? "all completed" : "STILL PENDING",
+                  std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
 #ifndef BENCH_NO_SERVER
     if (server) server->stop();

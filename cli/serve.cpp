@@ -1,0 +1,338 @@
+// cli/serve.cpp: `toolnexus serve`: runs the A2A JSON-RPC server until
+// SIGINT or SIGTERM.
+#include "subcommand.hpp"
+
+#include "toolnexus/registry.hpp"
+#include "toolnexus/server.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace toolnexus::cli {
+namespace {
+
+constexpr const char *kUsage = R"(usage: toolnexus serve [options]
+
+Runs an A2A JSON-RPC agent whose every Task read and write goes through the
+configured store. Prints "listening on http://HOST:PORT/" as its first line on
+stdout; stops on SIGINT or SIGTERM (finishing requests in progress, closing
+the store) and exits 0. Logs go to stderr.
+
+options (flags override the config file):
+  --config FILE            JSON configuration (see below)
+  --listen HOST:PORT       address to listen on (default 127.0.0.1:8080;
+                           port 0 picks a free port)
+  --store SELECTOR         memory (default), file:DIR, sqlite:PATH, or
+                           <scheme>:<location> served by a plugin
+  --plugin-dir DIR         also search DIR for storage plugins (repeatable)
+  --agent NAME             echo (default) or approval
+  --name NAME              agent name on the card (default toolnexus)
+  --description TEXT       agent description on the card
+  --public-url URL         the card's url (default: as each client reached us)
+  --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
+                           bearer authentication and per-principal Tasks
+  --workers N              executor threads (default 4)
+  --max-connections N      connections served at once (default 128)
+  --max-body BYTES         largest request body (default 1048576)
+  --max-depth N            deepest JSON nesting accepted (default 64)
+  --read-timeout MS        drop a client silent this long (default 10000)
+  --lease-ms MS            lease of a running Task (default 30000)
+  --lease-renew-ms MS      lease renewal interval (default 10000)
+  --settle-interval-ms MS  sweep for expired leases this often (default 10000)
+  --log-level LEVEL        error, warn, info (default) or debug (one line per
+                           request)
+  --help                   this text
+
+config file:
+  {"listen": "127.0.0.1:8080", "plugin_dirs": ["..."], "agent": "approval",
+   "a2a": {"name": "...", "description": "...", "version": "...",
+           "store": "file:/var/lib/toolnexus/tasks",
+           "provider": {"organization": "...", "url": "..."},
+           "documentation_url": "...", "public_url": "..."},
+   "auth_tokens": "tokens.json", "log_level": "info", "workers": 4,
+   "limits": {"max_body_bytes": 1048576, "max_json_depth": 64,
+              "read_timeout_ms": 10000, "keep_alive_timeout_ms": 10000,
+              "body_deadline_ms": 30000, "max_connections": 128,
+              "max_queued_tasks": 4096, "queue_wait_ms": 10000,
+              "blocking_timeout_ms": 60000},
+   "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
+             "settle_interval_ms": 10000}}
+  plugin_dirs and auth_tokens are relative to the config file's directory.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int64_t parse_int(const std::string &what, const std::string &text, int64_t min, int64_t max) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < min || v > max)
+    throw UsageError(what + " must be an integer between " + std::to_string(min) + " and " +
+                     std::to_string(max) + " (got '" + text + "')");
+  return v;
+}
+
+int to_int(int64_t v) { return static_cast<int>(v); }
+
+// ---- config file ----------------------------------------------------------
+
+struct Config {
+  rapidjson::Document doc;
+  std::filesystem::path dir;
+  std::string file;
+};
+
+const rapidjson::Value *member(const rapidjson::Value &obj, const char *name) {
+  if (!obj.IsObject()) return nullptr;
+  auto it = obj.FindMember(name);
+  return it == obj.MemberEnd() || it->value.IsNull() ? nullptr : &it->value;
+}
+
+std::string config_string(const Config &c, const rapidjson::Value &obj, const char *name, const std::string &path) {
+  const rapidjson::Value *v = member(obj, name);
+  if (v == nullptr) return {};
+  if (!v->IsString()) throw UsageError(c.file + ": " + path + " must be a string");
+  return std::string(v->GetString(), v->GetStringLength());
+}
+
+std::optional<int64_t> config_int(const Config &c, const rapidjson::Value &obj, const char *name,
+                                  const std::string &path, int64_t min, int64_t max) {
+  const rapidjson::Value *v = member(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->IsInt64() || v->GetInt64() < min || v->GetInt64() > max)
+    throw UsageError(c.file + ": " + path + " must be an integer between " + std::to_string(min) + " and " +
+                     std::to_string(max));
+  return v->GetInt64();
+}
+
+void warn_unknown(const Config &c, const rapidjson::Value &obj, const std::string &path,
+                  std::initializer_list<const char *> known) {
+  if (!obj.IsObject()) return;
+  for (auto it = obj.MemberBegin(); it != obj.MemberEnd(); ++it) {
+    const std::string key(it->name.GetString(), it->name.GetStringLength());
+    bool ok = false;
+    for (const char *k : known) ok = ok || key == k;
+    if (!ok)
+      std::fprintf(stderr, "toolnexus serve: warning: %s: unknown key %s%s ignored\n", c.file.c_str(),
+                   path.c_str(), key.c_str());
+  }
+}
+
+void apply_config(const std::string &file, ServerOptions &o, std::vector<std::string> &plugin_dirs,
+                  std::string &auth_file) {
+  Config c;
+  c.file = file;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UsageError("cannot read the config file " + file);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  c.doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(text.data(), text.size());
+  if (c.doc.HasParseError())
+    throw UsageError("the config file " + file + " is not valid JSON: " +
+                     rapidjson::GetParseError_En(c.doc.GetParseError()) + " at byte " +
+                     std::to_string(c.doc.GetErrorOffset()));
+  if (!c.doc.IsObject()) throw UsageError("the config file " + file + " must hold a JSON object");
+  c.dir = std::filesystem::absolute(file).parent_path();
+  const rapidjson::Value &root = c.doc;
+  warn_unknown(c, root, "",
+               {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease"});
+
+  if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
+  if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
+    if (!dirs->IsArray()) throw UsageError(file + ": plugin_dirs must be an array of directory names");
+    for (const auto &d : dirs->GetArray()) {
+      if (!d.IsString()) throw UsageError(file + ": plugin_dirs must be an array of directory names");
+      plugin_dirs.push_back((c.dir / std::string(d.GetString(), d.GetStringLength())).lexically_normal().string());
+    }
+  }
+  if (auto v = config_string(c, root, "agent", "agent"); !v.empty()) o.agent = v;
+  if (auto v = config_string(c, root, "auth_tokens", "auth_tokens"); !v.empty())
+    auth_file = (c.dir / v).lexically_normal().string();
+  if (auto v = config_string(c, root, "log_level", "log_level"); !v.empty()) o.log_level = parse_log_level(v);
+  if (auto v = config_int(c, root, "workers", "workers", 1, 1024)) o.workers = static_cast<unsigned>(*v);
+  if (const rapidjson::Value *a2a = member(root, "a2a")) {
+    if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
+    warn_unknown(c, *a2a, "a2a.",
+                 {"name", "description", "version", "store", "provider", "documentation_url", "public_url"});
+    if (auto v = config_string(c, *a2a, "name", "a2a.name"); !v.empty()) o.card.name = v;
+    if (auto v = config_string(c, *a2a, "description", "a2a.description"); !v.empty()) o.card.description = v;
+    if (auto v = config_string(c, *a2a, "version", "a2a.version"); !v.empty()) o.card.version = v;
+    if (const rapidjson::Value *s = member(*a2a, "store")) {
+      if (!s->IsString()) throw UsageError(file + ": a2a.store must be a selector string");
+      o.store = std::string(s->GetString(), s->GetStringLength());
+    }
+    if (auto v = config_string(c, *a2a, "documentation_url", "a2a.documentation_url"); !v.empty())
+      o.card.documentation_url = v;
+    if (auto v = config_string(c, *a2a, "public_url", "a2a.public_url"); !v.empty()) o.card.public_url = v;
+    if (const rapidjson::Value *p = member(*a2a, "provider")) {
+      if (!p->IsObject()) throw UsageError(file + ": a2a.provider must be an object");
+      o.card.provider_organization = config_string(c, *p, "organization", "a2a.provider.organization");
+      o.card.provider_url = config_string(c, *p, "url", "a2a.provider.url");
+    }
+  }
+  if (const rapidjson::Value *l = member(root, "limits")) {
+    warn_unknown(c, *l, "limits.",
+                 {"max_body_bytes", "max_json_depth", "read_timeout_ms", "keep_alive_timeout_ms",
+                  "body_deadline_ms", "max_connections", "max_queued_tasks", "queue_wait_ms",
+                  "blocking_timeout_ms"});
+    constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
+    if (auto v = config_int(c, *l, "max_body_bytes", "limits.max_body_bytes", 1, int64_t{1} << 40))
+      o.limits.max_body_bytes = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_json_depth", "limits.max_json_depth", 2, 64))
+      o.limits.max_json_depth = to_int(*v);
+    if (auto v = config_int(c, *l, "read_timeout_ms", "limits.read_timeout_ms", 1, kMaxMs))
+      o.limits.read_timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "keep_alive_timeout_ms", "limits.keep_alive_timeout_ms", 1, kMaxMs))
+      o.limits.keep_alive_timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "body_deadline_ms", "limits.body_deadline_ms", 1, kMaxMs))
+      o.limits.body_deadline_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "max_connections", "limits.max_connections", 1, 10000))
+      o.limits.max_connections = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *l, "max_queued_tasks", "limits.max_queued_tasks", 1, int64_t{1} << 32))
+      o.limits.max_queued_tasks = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "queue_wait_ms", "limits.queue_wait_ms", 0, kMaxMs))
+      o.limits.queue_wait_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "blocking_timeout_ms", "limits.blocking_timeout_ms", 0, kMaxMs))
+      o.limits.blocking_timeout_ms = to_int(*v);
+  }
+  if (const rapidjson::Value *l = member(root, "lease")) {
+    warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms"});
+    constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
+    if (auto v = config_int(c, *l, "lease_ms", "lease.lease_ms", 1, kMaxMs)) o.lease.lease_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "renew_interval_ms", "lease.renew_interval_ms", 1, kMaxMs))
+      o.lease.renew_interval_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "settle_interval_ms", "lease.settle_interval_ms", 1, kMaxMs))
+      o.lease.settle_interval_ms = to_int(*v);
+  }
+}
+
+// ---- command line ---------------------------------------------------------
+
+int run_serve(int argc, char **argv) {
+  ServerOptions o;
+  std::vector<std::string> plugin_dirs;
+  std::string auth_file;
+  try {
+    // The config file first, wherever --config appears; flags override it.
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      if (a == "--config" || a.rfind("--config=", 0) == 0) {
+        std::string file;
+        if (a == "--config") {
+          if (i + 1 >= argc) throw UsageError("--config needs a value");
+          file = argv[++i];
+        } else {
+          file = a.substr(9);
+        }
+        apply_config(file, o, plugin_dirs, auth_file);
+      }
+    }
+    constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      std::string value;
+      bool has_inline = false;
+      if (a.rfind("--", 0) == 0) {
+        const auto eq = a.find('=');
+        if (eq != std::string::npos) {
+          value = a.substr(eq + 1);
+          a = a.substr(0, eq);
+          has_inline = true;
+        }
+      }
+      auto next = [&]() -> std::string {
+        if (has_inline) return value;
+        if (i + 1 >= argc) throw UsageError(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--config") next();
+      else if (a == "--listen") o.listen = next();
+      else if (a == "--store") o.store = next();
+      else if (a == "--plugin-dir") plugin_dirs.push_back(next());
+      else if (a == "--agent") o.agent = next();
+      else if (a == "--name") o.card.name = next();
+      else if (a == "--description") o.card.description = next();
+      else if (a == "--public-url") o.card.public_url = next();
+      else if (a == "--auth-tokens") auth_file = next();
+      else if (a == "--log-level") o.log_level = parse_log_level(next());
+      else if (a == "--workers") o.workers = static_cast<unsigned>(parse_int(a, next(), 1, 1024));
+      else if (a == "--max-connections") o.limits.max_connections = static_cast<unsigned>(parse_int(a, next(), 1, 10000));
+      else if (a == "--max-body") o.limits.max_body_bytes = static_cast<std::size_t>(parse_int(a, next(), 1, int64_t{1} << 40));
+      else if (a == "--max-depth") o.limits.max_json_depth = to_int(parse_int(a, next(), 2, 64));
+      else if (a == "--read-timeout") o.limits.read_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else throw UsageError("unknown option '" + a + "'");
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "toolnexus serve: %s\n(see toolnexus serve --help)\n", e.what());
+    return 2;
+  }
+
+  PluginRegistry &registry = PluginRegistry::global();
+  for (const std::string &d : plugin_dirs) registry.add_directory(d);
+
+  // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit
+  // this mask) and taken with sigwait() below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::optional<ServerHandle> server;
+  try {
+    if (!auth_file.empty()) o.auth_tokens = load_auth_tokens(auth_file);
+    server.emplace(serve(std::move(o)));
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "toolnexus serve: %s\n", e.what());
+    const auto failures = registry.failures();
+    for (const PluginFailure &f : failures)
+      std::fprintf(stderr, "toolnexus serve: plugin %s was not loaded: %s\n", f.path.c_str(), f.reason.c_str());
+    return 1;
+  }
+  for (const PluginFailure &f : registry.failures())
+    std::fprintf(stderr, "toolnexus serve: warning: plugin %s was not loaded: %s\n", f.path.c_str(),
+                 f.reason.c_str());
+
+  std::printf("listening on %s\n", server->url().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  std::fprintf(stderr, "toolnexus serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server->stop();
+  server.reset();
+  return 0;
+}
+
+const Registration registration{"serve", "run an A2A JSON-RPC agent backed by a Task store", &run_serve};
+
+}  // namespace
+}  // namespace toolnexus::cli

@@ -1,0 +1,202 @@
+// toolnexus/server.hpp: the embedding API of the A2A JSON-RPC server
+// ("toolnexus serve"). serve() starts a server on a Poco HTTPServer and
+// returns a handle; every Task read and write goes through the configured
+// TaskStore (nothing is kept in memory as the truth), so several servers may
+// share one store.
+//
+// HTTP surface (A2A v0.3 section 3.2 JSON-RPC transport, 5.3 Agent Card):
+//   POST /                              JSON-RPC 2.0 (SendMessage/message/send,
+//                                       GetTask/tasks/get, CancelTask/tasks/cancel,
+//                                       ListTasks/tasks/list)
+//   GET  /.well-known/agent-card.json   Agent Card (also /.well-known/agent.json)
+//   anything else                       404
+#ifndef TOOLNEXUS_SERVER_HPP
+#define TOOLNEXUS_SERVER_HPP
+
+#include "toolnexus/agent_executor.hpp"
+#include "toolnexus/task_store.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace toolnexus {
+
+/// Log levels, most to least severe. Errors are always logged.
+enum class LogLevel { error = 0, warn = 1, info = 2, debug = 3 };
+
+/// "error", "warn", "info", "debug" -> LogLevel; throws std::invalid_argument
+/// on anything else.
+LogLevel parse_log_level(std::string_view name);
+
+/// Which store the server uses: a selector string for resolve_store() (the
+/// server opens it and closes it on stop) or a store object (used as-is and
+/// never closed by the server: the caller owns it). Implicitly constructible
+/// from both, so `opts.store = "file:/var/tasks";` and
+/// `opts.store = my_store;` both work.
+struct StoreSpec {
+  StoreSpec() = default;
+  StoreSpec(std::string sel) : selector(std::move(sel)) {}
+  StoreSpec(const char *sel) : selector(sel == nullptr ? "" : sel) {}
+  StoreSpec(std::shared_ptr<TaskStore> s) : store(std::move(s)) {}
+  /// resolve_store() selector; "" or "memory" is a new memory store.
+  std::string selector = "memory";
+  /// When set, used instead of the selector.
+  std::shared_ptr<TaskStore> store;
+};
+
+/// Agent Card fields (A2A v0.3 section 5.5 AgentCard).
+struct AgentCardOptions {
+  std::string name = "toolnexus";
+  std::string description = "A2A agent served by toolnexus; Tasks persist in a pluggable store.";
+  /// The agent's version ("" = the toolnexus version).
+  std::string version;
+  /// provider.organization / provider.url; the provider is left out of the
+  /// card unless organization is set.
+  std::string provider_organization;
+  std::string provider_url;
+  /// documentationUrl ("" = left out).
+  std::string documentation_url;
+  /// The card's "url". "" = derived from each card request as the client
+  /// reached the server: scheme from X-Forwarded-Proto (default http), host
+  /// from X-Forwarded-Host, else Host, else the listening address; path "/".
+  std::string public_url;
+};
+
+/// Limits on what a client may send and how long it may take.
+struct ServerLimits {
+  /// Largest request body; larger gets 413 without being read (Content-Length
+  /// checked up front, chunked bodies capped while reading).
+  std::size_t max_body_bytes = 1 << 20;
+  /// Deepest JSON nesting (objects + arrays) accepted; checked by a linear,
+  /// non-recursive scan before parsing. At most 64 (Task::parse's limit).
+  int max_json_depth = 64;
+  /// Socket receive/send timeout: a client silent this long is dropped.
+  int read_timeout_ms = 10000;
+  /// Idle time after which a keep-alive connection is closed.
+  int keep_alive_timeout_ms = 10000;
+  /// Whole-body deadline: a body not fully received by then gets 408.
+  int body_deadline_ms = 30000;
+  /// HTTP threads = connections served at once (keep-alive connections
+  /// each hold one while open); more wait in the accept queue.
+  unsigned max_connections = 128;
+  /// Accepted connections waiting for a thread; beyond that they are closed.
+  unsigned max_queued_connections = 512;
+  /// Tasks waiting for a worker. A SendMessage that finds the queue full
+  /// waits (up to queue_wait_ms) for room before its Task is created, so
+  /// clients are slowed to the rate the workers sustain; after that it
+  /// answers -32603 "server busy" and creates nothing.
+  std::size_t max_queued_tasks = 4096;
+  /// How long a SendMessage waits for room in a full queue.
+  int queue_wait_ms = 10000;
+  /// Longest a blocking SendMessage (configuration.blocking) waits; then it
+  /// answers with the Task as it is.
+  int blocking_timeout_ms = 60000;
+};
+
+/// Leases of running Tasks (see TaskLifecycle in server/src): a Task in
+/// submitted/working records metadata["toolnexus/lease"] =
+/// {"instance", "host", "pid", "expiresAt"}; the instance renews it while the
+/// Task runs; any server settles (fails) Tasks whose lease expired.
+struct LeaseOptions {
+  /// Lease length.
+  int lease_ms = 30000;
+  /// How often a running Task's lease is renewed; must be well under
+  /// lease_ms (serve() refuses renew_interval_ms * 2 > lease_ms).
+  int renew_interval_ms = 10000;
+  /// How often this server looks for expired leases (also once at start).
+  int settle_interval_ms = 10000;
+};
+
+/// Receives every log line the server writes (level, text without newline).
+/// Called from any thread; must be thread-safe.
+using LogSink = std::function<void(LogLevel, std::string_view)>;
+
+/// Everything serve() needs. Plain value type.
+struct ServerOptions {
+  /// "HOST:PORT" ("[::1]:PORT" for IPv6). Port 0 picks a free port.
+  std::string listen = "127.0.0.1:8080";
+  /// The store; default a new memory store.
+  StoreSpec store;
+  /// The executor; when null, the built-in called `agent` is used.
+  std::shared_ptr<AgentExecutor> executor;
+  /// Built-in executor name ("echo", "approval") used when `executor` is null.
+  std::string agent = "echo";
+  AgentCardOptions card;
+  ServerLimits limits;
+  LeaseOptions lease;
+  /// Bearer tokens -> principal names. Empty = authentication off (every
+  /// caller is the anonymous principal ""). See load_auth_tokens().
+  std::map<std::string, std::string> auth_tokens;
+  /// Worker threads running executors (0 = 4).
+  unsigned workers = 0;
+  /// On stop, how long running executors may take to finish.
+  int drain_timeout_ms = 10000;
+  /// Lines below this level are not written (errors always are).
+  LogLevel log_level = LogLevel::info;
+  /// Where log lines go (default: stderr, one line each).
+  LogSink log_sink;
+  /// This server's instance id in leases ("" = a new UUID). Must be unique
+  /// among servers sharing a store.
+  std::string instance_id;
+};
+
+/// A running server. Move-only. Destroying it stops the server.
+/// Thread-safe: url()/port()/instance_id()/store() may be called from any
+/// thread; stop() is idempotent and may be called from any thread but the
+/// server's own request threads.
+class ServerHandle {
+ public:
+  ServerHandle(ServerHandle &&) noexcept;
+  ServerHandle &operator=(ServerHandle &&) noexcept;
+  ~ServerHandle();
+
+  /// The JSON-RPC endpoint, "http://HOST:PORT/" (HOST as given in listen).
+  const std::string &url() const noexcept;
+  /// The bound port.
+  uint16_t port() const noexcept;
+  /// The lease instance id of this server.
+  const std::string &instance_id() const noexcept;
+  /// The store the server uses.
+  std::shared_ptr<TaskStore> store() const;
+  /// Stops accepting connections, lets in-flight requests and saves finish
+  /// (executors get drain_timeout_ms), fails Tasks still queued ("the server
+  /// stopped before running it"), then closes the store if the server opened
+  /// it. Errors while closing are logged, not thrown.
+  void stop();
+
+  struct Impl;
+  explicit ServerHandle(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Starts a server. Returns once it accepts connections. The server's
+/// threads (HTTP connections: limits.max_connections; workers; one lease
+/// renewer; one settler) are created here; the first lease sweep runs at
+/// once. Sets SIGPIPE to ignored (a client closing mid-response must not end
+/// the process). Thread-safe: several servers may run in one process, also
+/// on one store object (that is how replicas sharing a store are tested).
+/// Throws std::invalid_argument (bad listen address, unknown agent, unknown
+/// store selector, inconsistent limits/leases), StoreError (the store's
+/// plugin could not open it), std::runtime_error (cannot bind).
+ServerHandle serve(ServerOptions options);
+
+/// Reads a token file: a JSON object mapping bearer tokens to principal
+/// names, {"<token>": "<principal>", ...}. Throws std::runtime_error naming
+/// the file and the problem (unreadable, not JSON, a value not a non-empty
+/// string, an empty token). Never puts a token in a message.
+std::map<std::string, std::string> load_auth_tokens(const std::filesystem::path &file);
+
+/// The version of toolnexus (e.g. "0.1.0").
+const char *server_version() noexcept;
+
+}  // namespace toolnexus
+
+#endif  // TOOLNEXUS_SERVER_HPP

@@ -1,0 +1,157 @@
+// The Agent Card.
+#include "agent_card.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace toolnexus::server_detail {
+
+namespace {
+
+using W = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void put(W &w, const char *key, std::string_view value) {
+  w.Key(key);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+void put_list(W &w, const char *key, const std::vector<std::string> &values) {
+  w.Key(key);
+  w.StartArray();
+  for (const auto &v : values) w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+  w.EndArray();
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// First element of a comma-separated header value.
+std::string_view first_of(std::string_view s) { return trim(s.substr(0, s.find(','))); }
+
+bool valid_host(std::string_view h) {
+  if (h.empty() || h.size() > 255) return false;
+  for (char c : h) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// proto= / host= of the first element of an RFC 7239 Forwarded header.
+std::string_view forwarded_param(std::string_view forwarded, std::string_view name) {
+  std::string_view first = first_of(forwarded);
+  while (!first.empty()) {
+    const auto semi = first.find(';');
+    std::string_view pair = trim(first.substr(0, semi));
+    const auto eq = pair.find('=');
+    if (eq != std::string_view::npos) {
+      std::string_view key = trim(pair.substr(0, eq));
+      bool same = key.size() == name.size();
+      for (std::size_t i = 0; same && i < key.size(); ++i) same = (key[i] | 0x20) == name[i];
+      if (same) {
+        std::string_view v = trim(pair.substr(eq + 1));
+        if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        return v;
+      }
+    }
+    if (semi == std::string_view::npos) break;
+    first = first.substr(semi + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string reached_url(std::string_view forwarded, std::string_view x_forwarded_proto,
+                        std::string_view x_forwarded_host, std::string_view host, std::string_view fallback) {
+  std::string_view proto = forwarded_param(forwarded, "proto");
+  if (proto.empty()) proto = first_of(x_forwarded_proto);
+  std::string scheme = "http";
+  if (proto == "https" || proto == "HTTPS") scheme = "https";
+  std::string_view h = forwarded_param(forwarded, "host");
+  if (!valid_host(h)) h = first_of(x_forwarded_host);
+  if (!valid_host(h)) h = trim(host);
+  if (!valid_host(h)) h = fallback;
+  return scheme + "://" + std::string(h) + "/";
+}
+
+std::string agent_card_json(const CardConfig &config, std::string_view url) {
+  const AgentCardOptions &o = config.options;
+  rapidjson::StringBuffer buf;
+  W w(buf);
+  w.StartObject();
+  put(w, "protocolVersion", "0.3.0");
+  put(w, "name", o.name);
+  put(w, "description", o.description);
+  put(w, "url", url);
+  put(w, "preferredTransport", "JSONRPC");
+  w.Key("additionalInterfaces");
+  w.StartArray();
+  w.StartObject();
+  put(w, "url", url);
+  put(w, "transport", "JSONRPC");
+  w.EndObject();
+  w.EndArray();
+  if (!o.provider_organization.empty()) {
+    w.Key("provider");
+    w.StartObject();
+    put(w, "organization", o.provider_organization);
+    if (!o.provider_url.empty()) put(w, "url", o.provider_url);
+    w.EndObject();
+  }
+  put(w, "version", o.version.empty() ? std::string_view(server_version()) : std::string_view(o.version));
+  if (!o.documentation_url.empty()) put(w, "documentationUrl", o.documentation_url);
+  w.Key("capabilities");
+  w.StartObject();
+  w.Key("streaming");
+  w.Bool(false);
+  w.Key("pushNotifications");
+  w.Bool(false);
+  w.Key("stateTransitionHistory");
+  w.Bool(false);
+  w.EndObject();
+  if (config.bearer_auth) {
+    w.Key("securitySchemes");
+    w.StartObject();
+    w.Key("bearer");
+    w.StartObject();
+    put(w, "type", "http");
+    put(w, "scheme", "bearer");
+    put(w, "description", "Authorization: Bearer <token>; each token maps to a principal who sees only "
+                          "its own Tasks.");
+    w.EndObject();
+    w.EndObject();
+    w.Key("security");
+    w.StartArray();
+    w.StartObject();
+    w.Key("bearer");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+    w.EndArray();
+  }
+  put_list(w, "defaultInputModes", {"text/plain"});
+  put_list(w, "defaultOutputModes", {"text/plain"});
+  w.Key("skills");
+  w.StartArray();
+  for (const AgentSkill &s : config.skills) {
+    w.StartObject();
+    put(w, "id", s.id);
+    put(w, "name", s.name);
+    put(w, "description", s.description);
+    put_list(w, "tags", s.tags);
+    if (!s.examples.empty()) put_list(w, "examples", s.examples);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("supportsAuthenticatedExtendedCard");
+  w.Bool(false);
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+}  // namespace toolnexus::server_detail

@@ -1,0 +1,65 @@
+// server/src/http.hpp: the Poco HTTPServer glue. Routes POST / to the
+// JSON-RPC methods and GET /.well-known/agent-card.json (and agent.json) to
+// the card; everything else is 404. Enforces the body limit (413 without
+// reading: Content-Length checked first, chunked bodies capped while read),
+// the whole-body deadline (408), socket timeouts, bearer authentication
+// (401 with WWW-Authenticate), and writes one debug log line per request.
+#ifndef TOOLNEXUS_SERVER_HTTP_HPP
+#define TOOLNEXUS_SERVER_HTTP_HPP
+
+#include "a2a_methods.hpp"
+#include "agent_card.hpp"
+#include "auth.hpp"
+#include "log.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace toolnexus::server_detail {
+
+/// What the request handlers use; must outlive the HttpFrontend.
+struct HttpServices {
+  A2AMethods *methods = nullptr;
+  const TokenAuth *auth = nullptr;
+  const CardConfig *card = nullptr;
+  const Logger *log = nullptr;
+  ServerLimits limits;
+  /// Host (as in the listen address; IPv6 in brackets) used with the bound
+  /// port in the card url when a request names no usable host.
+  std::string fallback_host;
+};
+
+/// Splits "HOST:PORT" / "[V6]:PORT" / ":PORT". Throws std::invalid_argument
+/// naming the text when it is not of that shape or the port is not 0..65535.
+void split_listen(const std::string &listen, std::string &host, uint16_t &port);
+
+/// The HTTP server: a Poco TCPServer with HTTP connections (TCP_NODELAY,
+/// keep-alive without a request cap), a thread pool sized by
+/// limits.max_connections, and socket timeouts from the limits.
+/// start()/stop() from one thread; stop() is idempotent.
+class HttpFrontend {
+ public:
+  /// Binds (throws std::runtime_error naming the address when it cannot).
+  HttpFrontend(const std::string &host, uint16_t port, HttpServices services);
+  ~HttpFrontend();
+  HttpFrontend(const HttpFrontend &) = delete;
+  HttpFrontend &operator=(const HttpFrontend &) = delete;
+
+  void start();
+  /// Stops accepting, lets requests in progress finish (and their
+  /// responses be sent), closes idle keep-alive connections, and waits (up
+  /// to `grace_ms`) for the connection threads.
+  void stop(int grace_ms);
+  /// The bound port.
+  uint16_t port() const noexcept { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_HTTP_HPP

@@ -1,0 +1,98 @@
+// server/src/jsonrpc.hpp: the JSON-RPC 2.0 envelope (A2A v0.3 section 6.11
+// JSON-RPC structures, section 8 error codes): parsing a request body with
+// limits (depth scan without recursion, UTF-8 validation), and writing
+// responses that echo the request id.
+#ifndef TOOLNEXUS_SERVER_JSONRPC_HPP
+#define TOOLNEXUS_SERVER_JSONRPC_HPP
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace toolnexus::server_detail {
+
+/// JSON-RPC 2.0 and A2A error codes (A2A v0.3 section 8.1/8.2; v1.0 adds
+/// -32009).
+namespace rpc_code {
+inline constexpr int kParseError = -32700;
+inline constexpr int kInvalidRequest = -32600;
+inline constexpr int kMethodNotFound = -32601;
+inline constexpr int kInvalidParams = -32602;
+inline constexpr int kInternalError = -32603;
+inline constexpr int kTaskNotFound = -32001;
+inline constexpr int kTaskNotCancelable = -32002;
+inline constexpr int kPushNotificationNotSupported = -32003;
+inline constexpr int kUnsupportedOperation = -32004;
+inline constexpr int kContentTypeNotSupported = -32005;
+inline constexpr int kExtendedCardNotConfigured = -32007;
+inline constexpr int kVersionNotSupported = -32009;
+}  // namespace rpc_code
+
+/// A JSON-RPC error to answer with. `field` (may be empty) names the
+/// offending request member ("params.message.parts[0].text"); it goes to
+/// error.data.field.
+class RpcError : public std::runtime_error {
+ public:
+  RpcError(int code, const std::string &message, std::string field = {})
+      : std::runtime_error(message), code_(code), field_(std::move(field)) {}
+  int code() const noexcept { return code_; }
+  const std::string &field() const noexcept { return field_; }
+
+ private:
+  int code_;
+  std::string field_;
+};
+
+/// The deepest nesting of arrays/objects in `json`, scanning linearly
+/// without recursion and stopping as soon as it exceeds `limit` (strings and
+/// their escapes are skipped). `*offset` receives the byte offset where the
+/// limit was passed.
+int json_depth(std::string_view json, int limit, std::size_t *offset) noexcept;
+
+/// A parsed request envelope. Pointers point into the document.
+struct Envelope {
+  /// The id (string, number or null); nullptr when it could not be read.
+  const rapidjson::Value *id = nullptr;
+  std::string_view method;
+  /// params, or nullptr when absent.
+  const rapidjson::Value *params = nullptr;
+};
+
+/// Parses `body` into `doc` and checks the envelope. On failure throws
+/// RpcError; `env.id` is set as soon as a valid id was read, so the caller
+/// can echo it. Refuses: nesting deeper than `max_depth` (-32600), invalid
+/// UTF-8 (-32700), malformed JSON (-32700), a batch or non-object (-32600),
+/// no id / a bad id (notifications are not supported: -32600), jsonrpc not
+/// "2.0" (-32600), method not a string (-32600), params not an object
+/// (-32602).
+void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &doc, Envelope &env);
+
+/// Builds one response into a reusable buffer.
+/// Not thread-safe; use one per thread (see thread_buffer()).
+class ResponseWriter {
+ public:
+  ResponseWriter() : writer_(buffer_) {}
+  /// Clears the buffer for a new response.
+  void reset();
+  /// Writes {"jsonrpc":"2.0","id":<id>,"result": and leaves the writer
+  /// positioned for the result value; finish with end_result().
+  rapidjson::Writer<rapidjson::StringBuffer> &begin_result(const rapidjson::Value *id);
+  void end_result();
+  /// A complete error response.
+  void error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field = {});
+  /// The response bytes (valid until the next reset()).
+  std::string_view bytes() const noexcept { return {buffer_.GetString(), buffer_.GetSize()}; }
+
+ private:
+  void write_id(const rapidjson::Value *id);
+  rapidjson::StringBuffer buffer_;
+  rapidjson::Writer<rapidjson::StringBuffer> writer_;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_JSONRPC_HPP

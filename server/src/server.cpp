@@ -1,0 +1,165 @@
+// serve(): wires the store, the executor, the lifecycle, the methods and
+// the HTTP front end together, and stops them in order.
+#include "toolnexus/server.hpp"
+
+#include "a2a_methods.hpp"
+#include "agent_card.hpp"
+#include "auth.hpp"
+#include "http.hpp"
+#include "log.hpp"
+#include "task_lifecycle.hpp"
+
+#include "toolnexus/registry.hpp"
+#include "toolnexus/task_store.h"
+
+#include <csignal>
+#include <mutex>
+#include <stdexcept>
+
+#ifndef TOOLNEXUS_VERSION
+#define TOOLNEXUS_VERSION "0.0.0"
+#endif
+
+namespace toolnexus {
+
+using namespace server_detail;
+
+const char *server_version() noexcept { return TOOLNEXUS_VERSION; }
+
+struct ServerHandle::Impl {
+  std::unique_ptr<Logger> log;
+  std::shared_ptr<TaskStore> store;
+  bool owns_store = false;
+  std::unique_ptr<TokenAuth> auth;
+  CardConfig card;
+  std::unique_ptr<TaskLifecycle> lifecycle;
+  std::unique_ptr<A2AMethods> methods;
+  std::unique_ptr<HttpFrontend> http;
+  std::string url;
+  uint16_t port = 0;
+  std::string instance_id;
+  int drain_timeout_ms = 10000;
+  std::once_flag stop_once;
+
+  void stop() {
+    std::call_once(stop_once, [this] {
+      // Blocking SendMessage waits return now, so requests in progress end.
+      if (lifecycle) lifecycle->begin_stop();
+      if (http) http->stop(drain_timeout_ms);
+      if (lifecycle) lifecycle->stop();
+      if (owns_store && store) {
+        try {
+          store->close();
+        } catch (const std::exception &e) {
+          log->error(std::string("closing the task store failed: ") + e.what());
+        }
+      }
+      log->info("stopped");
+    });
+  }
+};
+
+ServerHandle::ServerHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ServerHandle::ServerHandle(ServerHandle &&) noexcept = default;
+ServerHandle &ServerHandle::operator=(ServerHandle &&other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->stop();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+ServerHandle::~ServerHandle() {
+  if (impl_) impl_->stop();
+}
+const std::string &ServerHandle::url() const noexcept { return impl_->url; }
+uint16_t ServerHandle::port() const noexcept { return impl_->port; }
+const std::string &ServerHandle::instance_id() const noexcept { return impl_->instance_id; }
+std::shared_ptr<TaskStore> ServerHandle::store() const { return impl_->store; }
+void ServerHandle::stop() {
+  if (impl_) impl_->stop();
+}
+
+ServerHandle serve(ServerOptions o) {
+  const ServerLimits &l = o.limits;
+  if (l.max_body_bytes == 0) throw std::invalid_argument("limits.max_body_bytes must be positive");
+  if (l.max_json_depth < 2 || l.max_json_depth > kMaxTaskDepth)
+    throw std::invalid_argument("limits.max_json_depth must be between 2 and " + std::to_string(kMaxTaskDepth));
+  if (l.read_timeout_ms <= 0 || l.keep_alive_timeout_ms <= 0 || l.body_deadline_ms <= 0 ||
+      l.blocking_timeout_ms < 0)
+    throw std::invalid_argument("timeouts must be positive");
+  if (l.max_connections == 0) throw std::invalid_argument("limits.max_connections must be positive");
+  if (l.max_queued_tasks == 0 || l.queue_wait_ms < 0)
+    throw std::invalid_argument("limits.max_queued_tasks must be positive and limits.queue_wait_ms not negative");
+  if (o.lease.lease_ms <= 0 || o.lease.renew_interval_ms <= 0 || o.lease.settle_interval_ms <= 0)
+    throw std::invalid_argument("lease times must be positive");
+  if (int64_t{o.lease.renew_interval_ms} * 2 > o.lease.lease_ms)
+    throw std::invalid_argument("lease.renew_interval_ms (" + std::to_string(o.lease.renew_interval_ms) +
+                                ") must be at most half of lease.lease_ms (" + std::to_string(o.lease.lease_ms) +
+                                ") so that a live server's Tasks never look abandoned");
+
+  std::string host;
+  uint16_t port = 0;
+  split_listen(o.listen, host, port);
+
+  auto impl = std::make_unique<ServerHandle::Impl>();
+  impl->log = std::make_unique<Logger>(o.log_level, std::move(o.log_sink));
+  impl->drain_timeout_ms = o.drain_timeout_ms;
+
+  std::shared_ptr<AgentExecutor> executor = o.executor ? o.executor : make_builtin_executor(o.agent);
+
+  if (o.store.store) {
+    impl->store = o.store.store;
+  } else {
+    impl->store = resolve_store(o.store.selector);
+    impl->owns_store = true;
+  }
+
+  // A peer that disconnects mid-response must not kill the process.
+  if (std::signal(SIGPIPE, SIG_IGN) == SIG_ERR) impl->log->warn("could not ignore SIGPIPE");
+
+  impl->auth = std::make_unique<TokenAuth>(o.auth_tokens);
+  impl->card.options = o.card;
+  impl->card.skills = executor->skills();
+  impl->card.bearer_auth = impl->auth->enabled();
+
+  LifecycleOptions lo;
+  lo.workers = o.workers == 0 ? 4 : o.workers;
+  lo.max_queued_tasks = l.max_queued_tasks;
+  lo.queue_wait_ms = l.queue_wait_ms;
+  lo.lease_ms = o.lease.lease_ms;
+  lo.renew_interval_ms = o.lease.renew_interval_ms;
+  lo.settle_interval_ms = o.lease.settle_interval_ms;
+  lo.drain_timeout_ms = o.drain_timeout_ms;
+  lo.instance_id = o.instance_id;
+  impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log);
+  impl->instance_id = impl->lifecycle->instance_id();
+  impl->methods =
+      std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth, l.blocking_timeout_ms);
+
+  HttpServices services;
+  services.methods = impl->methods.get();
+  services.auth = impl->auth.get();
+  services.card = &impl->card;
+  services.log = impl->log.get();
+  services.limits = l;
+  const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  services.fallback_host = url_host;
+  impl->http = std::make_unique<HttpFrontend>(host, port, services);
+  impl->port = impl->http->port();
+  impl->url = "http://" + url_host + ":" + std::to_string(impl->port) + "/";
+
+  impl->lifecycle->start();
+  impl->http->start();
+  const StoreInfo info = impl->store->info();
+  impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +
+                  (info.plugin_name.empty() ? std::string() : " via " + info.plugin_name) + " [" +
+                  capability_names(info.capabilities) + "], agent " +
+                  executor->name() + ", instance " + impl->instance_id +
+                  (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
+  if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)
+    impl->log->info("this store's compare-and-set holds within this process only: servers in other processes "
+                    "must not share it (run replicas on a multi-process store such as sqlite)");
+  return ServerHandle(std::move(impl));
+}
+
+}  // namespace toolnexus

@@ -1,0 +1,231 @@
+// server/src/task_lifecycle.hpp: fulfilment of Tasks. Every state
+// transition is a read-decide-save through the TaskStore with
+// compare-and-set (SaveOptions.expected_version); on a conflict the Task is
+// re-read and the decision made again, so a terminal state is never
+// overwritten (A2A v0.3 section 6.3: completed, canceled, failed and rejected
+// are final) and several servers may share one store.
+//
+// Leases: a Task in submitted/working carries
+// metadata["toolnexus/lease"] = {"instance", "host", "pid", "expiresAt"}.
+// The instance that runs it renews the lease every renew_interval_ms; every
+// server sweeps the store (at start and every settle_interval_ms) for Tasks
+// in submitted/working whose lease expired and fails them with a status
+// message saying the server that ran them stopped. A live server renews well
+// before expiry, so its Tasks are never settled by another.
+//
+// Pending requests: when an executor parks a Task in input-required, the
+// prompt and its request data are saved in metadata["toolnexus/pending"];
+// resuming needs nothing but the stored Task.
+#ifndef TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
+#define TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
+
+#include "log.hpp"
+#include "toolnexus/agent_executor.hpp"
+#include "toolnexus/task_store.hpp"
+
+#include <rapidjson/document.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+/// Why a lifecycle request was refused. Mapped to JSON-RPC codes by
+/// a2a_methods (A2A v0.3 section 8.2).
+enum class LifecycleErrc {
+  not_found,         ///< -32001: no such Task, or another principal's
+  not_cancelable,    ///< -32002: cancel of a terminal Task
+  terminal,          ///< -32004: a message to a terminal Task
+  not_interrupted,   ///< -32004: a message to a Task that is not waiting for one
+  context_mismatch,  ///< -32602: message.contextId differs from the Task's
+  overloaded,        ///< -32603: too many Tasks queued
+  stopping,          ///< -32603: the server is stopping
+};
+
+/// Thrown by TaskLifecycle's request methods; what() is the client-facing
+/// message.
+class LifecycleError : public std::runtime_error {
+ public:
+  LifecycleError(LifecycleErrc code, const std::string &message)
+      : std::runtime_error(message), code_(code) {}
+  LifecycleErrc code() const noexcept { return code_; }
+
+ private:
+  LifecycleErrc code_;
+};
+
+/// Settings of a TaskLifecycle.
+struct LifecycleOptions {
+  unsigned workers = 4;
+  std::size_t max_queued_tasks = 4096;
+  int queue_wait_ms = 10000;
+  int lease_ms = 30000;
+  int renew_interval_ms = 10000;
+  int settle_interval_ms = 10000;
+  int drain_timeout_ms = 10000;
+  /// Unique among servers sharing the store.
+  std::string instance_id;
+};
+
+/// A Task as read from (or just saved to) the store, with the record fields a
+/// later compare-and-set save needs.
+struct Snapshot {
+  Task task;
+  uint64_t version = 0;
+  std::string owner;
+  std::string tenant;
+};
+
+/// Runs Tasks on a worker pool and performs every transition through the
+/// store. Thread-safe: the request methods may be called from any number of
+/// threads. Owns its threads (workers, lease renewer, settler); the store
+/// and executor are shared.
+class TaskLifecycle {
+ public:
+  TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<AgentExecutor> executor,
+                LifecycleOptions options, const Logger &log);
+  ~TaskLifecycle();
+  TaskLifecycle(const TaskLifecycle &) = delete;
+  TaskLifecycle &operator=(const TaskLifecycle &) = delete;
+
+  /// Starts the workers, the lease renewer and the settler (whose first
+  /// sweep runs at once).
+  void start();
+
+  /// First step of stopping: refuses new Tasks and makes blocking waits
+  /// return at once. Idempotent.
+  void begin_stop();
+
+  /// Stops: no new Tasks; running executors get drain_timeout_ms (then
+  /// cancel_requested is set); Tasks still queued are failed ("the server
+  /// stopped before running it"); threads joined. Idempotent.
+  void stop();
+
+  /// SendMessage without taskId (A2A v0.3 section 7.1): a new Task (UUID id,
+  /// the message's contextId or a new one, status submitted, the message in
+  /// history, a lease of this instance), saved with owner `owner`, queued.
+  /// `message` is a validated Message object (copied). Waits (up to
+  /// queue_wait_ms) while max_queued_tasks Tasks are queued. Returns the
+  /// saved Task. Throws LifecycleError(overloaded|stopping), StoreError,
+  /// InvalidTask.
+  Task create(const rapidjson::Value &message, const std::string &owner);
+
+  /// SendMessage with the taskId of an interrupted Task: appends the message
+  /// to history, moves the Task to working with a lease of this instance,
+  /// queues it; the executor continues from the stored Task alone. Throws
+  /// LifecycleError(not_found: missing or another owner's; terminal;
+  /// not_interrupted; context_mismatch; overloaded; stopping), StoreError.
+  Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner);
+
+  /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
+  /// and stops its fulfilment (here, or on another server at its next
+  /// save). Throws LifecycleError(not_found|not_cancelable), StoreError.
+  Task cancel(std::string_view task_id, const std::string &owner);
+
+  /// Reads the Task until it is terminal or interrupted, or `timeout`
+  /// passes (then returns it as it is). Throws LifecycleError(not_found).
+  Task wait_until_settled(std::string_view task_id, const std::string &owner,
+                          std::chrono::milliseconds timeout);
+
+  /// One sweep: fails every submitted/working Task whose lease expired
+  /// (and that is not running here). Returns how many were settled.
+  std::size_t settle_expired();
+
+  /// Renews the leases of this instance's Tasks that are due.
+  void renew_due();
+
+  /// This instance's lease id.
+  const std::string &instance_id() const noexcept { return options_.instance_id; }
+  /// The store.
+  const std::shared_ptr<TaskStore> &store() const noexcept { return store_; }
+  /// Tasks queued and not yet started.
+  std::size_t queued() const noexcept { return queued_.load(); }
+
+ private:
+  struct ActiveTask {
+    std::atomic<bool> cancel{false};
+    std::atomic<int64_t> lease_written_us{0};
+  };
+  struct WorkItem {
+    std::string id;
+    std::shared_ptr<ActiveTask> active;
+    std::optional<Snapshot> snap;
+  };
+  enum class Verdict { save, keep, stop };
+  struct UpdateResult {
+    bool found = false;
+    Verdict verdict = Verdict::keep;
+    Snapshot snap;
+  };
+
+  template <class Decide>
+  UpdateResult update(std::string_view id, Decide &&decide, std::optional<Snapshot> known = std::nullopt);
+
+  std::shared_ptr<ActiveTask> register_active(const std::string &id, int64_t lease_written_us);
+  void unregister_active(const std::string &id, const std::shared_ptr<ActiveTask> &which);
+  bool is_active(const std::string &id);
+  void signal_cancel(const std::string &id);
+  void admit();
+  void enqueue(WorkItem item);
+  void worker_loop();
+  void run(WorkItem &item);
+  void fail_after_error(const std::string &id, const std::string &what);
+  void fail_unstarted(WorkItem &item, const char *why);
+  bool settle_one(TaskRecord &rec);
+  void renewer_loop();
+  void settler_loop();
+  void notify_waiters();
+  void set_lease(Task &task, int64_t expires_us) const;
+  std::mutex &stripe(std::string_view id);
+
+  std::shared_ptr<TaskStore> store_;
+  std::shared_ptr<AgentExecutor> executor_;
+  LifecycleOptions options_;
+  const Logger &log_;
+  bool cas_ = true;
+  std::array<std::mutex, 64> stripes_;
+
+  std::mutex active_mu_;
+  std::unordered_map<std::string, std::shared_ptr<ActiveTask>> active_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::condition_variable idle_cv_;
+  std::condition_variable room_cv_;
+  std::deque<WorkItem> queue_;
+  std::atomic<std::size_t> queued_{0};
+  unsigned running_ = 0;
+  bool stop_workers_ = false;
+  std::vector<std::thread> workers_;
+
+  std::mutex maint_mu_;
+  std::condition_variable maint_cv_;
+  bool stop_maintenance_ = false;
+  std::thread renewer_;
+  std::thread settler_;
+
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  uint64_t wait_epoch_ = 0;
+  std::atomic<int> waiting_{0};
+
+  std::atomic<bool> stopping_{false};
+  std::once_flag stop_once_;
+  bool started_ = false;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP

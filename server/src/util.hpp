@@ -1,0 +1,69 @@
+// server/src/util.hpp: small helpers shared by the server's parts: UUIDs,
+// RapidJSON member access, A2A Message construction, Task metadata keys.
+#ifndef TOOLNEXUS_SERVER_UTIL_HPP
+#define TOOLNEXUS_SERVER_UTIL_HPP
+
+#include "toolnexus/task.hpp"
+
+#include <rapidjson/document.h>
+
+#include <string>
+#include <string_view>
+
+namespace toolnexus::server_detail {
+
+/// metadata key of a running Task's lease: {"instance", "host", "pid",
+/// "expiresAt"}.
+inline constexpr const char *kLeaseKey = "toolnexus/lease";
+/// metadata key of an input-required Task's pending request:
+/// {"prompt", "data", "askedAt"}.
+inline constexpr const char *kPendingKey = "toolnexus/pending";
+
+/// A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx".
+/// Thread-safe (per-thread generator seeded from std::random_device).
+std::string new_uuid();
+
+/// The member `name` of `obj`, or nullptr when `obj` is not an object or has
+/// no such member.
+const rapidjson::Value *find(const rapidjson::Value &obj, std::string_view name) noexcept;
+rapidjson::Value *find(rapidjson::Value &obj, std::string_view name) noexcept;
+
+/// A string value's bytes ("" when `v` is null or not a string).
+std::string_view str(const rapidjson::Value *v) noexcept;
+
+/// A string Value copied into `a`.
+rapidjson::Value make_string(std::string_view s, rapidjson::Document::AllocatorType &a);
+
+/// Sets obj[name] = value (replacing an existing member, keeping its place).
+/// `obj` must be an object; `name` is copied.
+void set_member(rapidjson::Value &obj, std::string_view name, rapidjson::Value value,
+                rapidjson::Document::AllocatorType &a);
+
+/// Removes obj[name] if present.
+void remove_member(rapidjson::Value &obj, std::string_view name);
+
+/// The text parts of an A2A Message ({"parts": [{"kind":"text","text"}]}),
+/// joined with "\n".
+std::string message_text(const rapidjson::Value &message);
+
+/// An agent Message {"role":"agent","parts":[{"kind":"text","text"}],
+/// "messageId", "taskId", "contextId", "kind":"message"} allocated in `a`.
+rapidjson::Value agent_message(std::string_view text, std::string_view task_id,
+                               std::string_view context_id, rapidjson::Document::AllocatorType &a);
+
+/// metadata[key] of a Task, or nullptr.
+const rapidjson::Value *task_metadata(const Task &task, std::string_view key) noexcept;
+/// Sets metadata[key] (creating "metadata" if needed).
+void set_task_metadata(Task &task, std::string_view key, rapidjson::Value value);
+/// Removes metadata[key]; removes "metadata" when it becomes empty.
+void remove_task_metadata(Task &task, std::string_view key);
+
+/// Appends `message` (moved) to the Task's "history" (created if needed).
+void append_history(Task &task, rapidjson::Value message);
+
+/// This machine's host name ("" if unknown). Cached.
+const std::string &host_name();
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_UTIL_HPP

@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# tests/install/install_test.sh: installs toolnexus, builds the example
+# third-party plugin examples/plugin-kv out of tree against that install
+# only, and holds it to everything a plugin author is promised:
+#
+#   1. `cmake --install BUILD --prefix $TMP/prefix` gives the documented tree
+#   2. examples/plugin-kv configures and builds with find_package(toolnexus)
+#      from that prefix alone, and `cmake --install` puts it in the plugin dir
+#   3. libtnx_kv.so exports toolnexus_plugin_entry and nothing else
+#   4. the installed toolnexus-conformance passes it ("N passed, 0 failed"),
+#      and kv_log_test (built with the installed header only) checks what
+#      conformance cannot: reopen, torn tails, corruption, locks, compaction
+#   5. the installed tree is relocatable: moved to $TMP/prefix2, it still runs,
+#      finds its default plugin directory and still works as a CMake package
+#   6. if bin/toolnexus is installed: the seed's example 2 over HTTP with the
+#      kv store: a Task parked in input-required survives a server restart and
+#      then completes; `toolnexus store check` reads the log, and reports a
+#      damaged one
+#
+# usage: install_test.sh BUILD_DIR SOURCE_DIR
+# Needs: cmake, a C compiler (cc, or $CC), nm (binutils), python3.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BUILD_DIR SOURCE_DIR" >&2
+  exit 2
+fi
+build="$(cd "$1" && pwd)"
+src="$(cd "$2" && pwd)"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tnx-install-test.XXXXXX")"
+# The conformance suite's {tmp} directories go under $TMP too.
+export TMPDIR="$TMP"
+# Only what this test puts in front of the programs may be found.
+unset TOOLNEXUS_PLUGIN_PATH
+servers=()
+logs=()
+
+cleanup() {
+  local rc=$?
+  local pid
+  for pid in "${servers[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  if [ "$rc" -ne 0 ]; then
+    for f in "${logs[@]}"; do
+      if [ -s "$f" ]; then
+        echo "---- $f (last 30 lines)" >&2
+        tail -n 30 "$f" >&2
+      fi
+    done
+    echo "install_test: FAILED (exit $rc); temp dir removed: $TMP" >&2
+  fi
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { printf '\n== %s\n' "$*"; }
+ok() { printf '   ok: %s\n' "$*"; }
+fail() {
+  printf 'install_test: FAIL: %s\n' "$*" >&2
+  exit 1
+}
+# Runs a command with its output in a log file; on failure shows the log.
+run_logged() {
+  local log="$1"
+  shift
+  logs+=("$log")
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    fail "command failed: $*"
+  fi
+}
+
+for tool in cmake python3 nm "${CC:-cc}"; do
+  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is not installed (needed by this test)"
+done
+gen=()
+if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+
+# --------------------------------------------------------------------------
+step "1. cmake --install $build --prefix \$TMP/prefix"
+prefix="$TMP/prefix"
+run_logged "$TMP/install.log" cmake --install "$build" --prefix "$prefix"
+for f in include/toolnexus/task_store.h lib/cmake/toolnexus/toolnexusConfig.cmake \
+  lib/cmake/toolnexus/toolnexusConfigVersion.cmake bin/toolnexus-conformance; do
+  [ -e "$prefix/$f" ] || fail "the install has no $f"
+done
+ok "installed: $(cd "$prefix" && find . -type f | sort | tr '\n' ' ')"
+
+# --------------------------------------------------------------------------
+step "2. build examples/plugin-kv against the installed package only"
+# No package registry, nothing but the prefix: a stray toolnexus build or
+# install elsewhere must not be what gets found.
+run_logged "$TMP/kv-configure.log" cmake -S "$src/examples/plugin-kv" -B "$TMP/kv-build" "${gen[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DTNX_KV_WERROR=ON
+found_dir="$(sed -n 's/^toolnexus_DIR:PATH=//p' "$TMP/kv-build/CMakeCache.txt")"
+[ "$found_dir" = "$prefix/lib/cmake/toolnexus" ] ||
+  fail "find_package(toolnexus) found '$found_dir', not the install at $prefix/lib/cmake/toolnexus"
+ok "find_package(toolnexus) -> $found_dir"
+run_logged "$TMP/kv-build.log" cmake --build "$TMP/kv-build"
+so="$TMP/kv-build/libtnx_kv.so"
+[ -f "$so" ] || fail "the example built no libtnx_kv.so"
+ok "built $so (-std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror)"
+run_logged "$TMP/kv-install.log" cmake --install "$TMP/kv-build"
+[ -f "$prefix/lib/toolnexus/plugins/libtnx_kv.so" ] ||
+  fail "cmake --install of the example did not put libtnx_kv.so in \${TOOLNEXUS_PLUGIN_INSTALL_DIR} ($prefix/lib/toolnexus/plugins)"
+ok "cmake --install -> $prefix/lib/toolnexus/plugins/libtnx_kv.so"
+
+# --------------------------------------------------------------------------
+step "3. exported symbols; fresh plugin dir"
+exported="$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')"
+[ "$exported" = "toolnexus_plugin_entry " ] ||
+  fail "libtnx_kv.so must export only toolnexus_plugin_entry, exports: $exported"
+ok "nm -D --defined-only: $exported"
+mkdir "$TMP/plugins"
+cp "$so" "$TMP/plugins/"
+ok "copied to \$TMP/plugins"
+
+# --------------------------------------------------------------------------
+step "4. toolnexus-conformance --plugin-dir \$TMP/plugins 'kv:{tmp}'"
+conformance() { # PREFIX LOG [ARGS...]
+  local p="$1" log="$2"
+  shift 2
+  logs+=("$log")
+  local rc=0
+  "$p/bin/toolnexus-conformance" "$@" >"$log" 2>&1 || rc=$?
+  cat "$log"
+  [ "$rc" -eq 0 ] || fail "toolnexus-conformance $* exited $rc"
+  grep -Eq '^[0-9]+ passed, 0 failed$' "$log" || fail "toolnexus-conformance did not print 'N passed, 0 failed'"
+  [ "$(grep -Ec '^[0-9]+ passed, 0 failed$' "$log")" -eq 1 ] || fail "unexpected conformance summary"
+}
+conformance "$prefix" "$TMP/conformance.log" --plugin-dir "$TMP/plugins" 'kv:{tmp}'
+ok "$(tail -n 1 "$TMP/conformance.log")"
+
+step "4b. kv_log_test: reopen, versions, torn tail, corruption, ?salvage, lock, compaction, cursors, err_cap"
+# Compiled with the installed header alone: it is all a C host or plugin needs.
+run_logged "$TMP/kv_log_test-build.log" "${CC:-cc}" -std=c11 -Wall -Wextra -Wpedantic -Werror \
+  -I"$prefix/include" "$src/tests/install/kv_log_test.c" -o "$TMP/kv_log_test" -ldl
+mkdir "$TMP/kv-scratch"
+run_logged "$TMP/kv_log_test.log" "$TMP/kv_log_test" "$TMP/plugins/libtnx_kv.so" "$TMP/kv-scratch"
+ok "$(tail -n 1 "$TMP/kv_log_test.log")"
+
+# --------------------------------------------------------------------------
+step "5. relocate: mv \$TMP/prefix \$TMP/prefix2"
+mv "$prefix" "$TMP/prefix2"
+prefix="$TMP/prefix2"
+# No installed text file may still name the old location.
+stale="$(grep -rlF "$TMP/prefix/" "$prefix" --include='*.cmake' --include='*.pc' --include='*.h' \
+  --include='*.hpp' --include='*.json' 2>/dev/null || true)"
+[ -z "$stale" ] || fail "installed files still name the old prefix: $stale"
+stale="$(grep -rlF "$build" "$prefix" --include='*.cmake' --include='*.pc' --include='*.h' --include='*.hpp' \
+  2>/dev/null || true)"
+[ -z "$stale" ] || fail "installed files name the build tree $build: $stale"
+conformance "$prefix" "$TMP/conformance2.log" --plugin-dir "$TMP/plugins" 'kv:{tmp}'
+ok "moved tree, --plugin-dir: $(tail -n 1 "$TMP/conformance2.log")"
+# Its own default directory <bin>/../lib/toolnexus/plugins, where the
+# example's `cmake --install` put the plugin, moved along with it.
+conformance "$prefix" "$TMP/conformance3.log" 'kv:{tmp}'
+ok "moved tree, default plugin dir: $(tail -n 1 "$TMP/conformance3.log")"
+# Still a working CMake package.
+run_logged "$TMP/kv-configure2.log" cmake -S "$src/examples/plugin-kv" -B "$TMP/kv-build2" "${gen[@]}" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+plugin_dir="$(sed -n 's/^TNX_KV_PLUGIN_DIR:PATH=//p' "$TMP/kv-build2/CMakeCache.txt")"
+[ "$plugin_dir" = "$prefix/lib/toolnexus/plugins" ] ||
+  fail "TOOLNEXUS_PLUGIN_INSTALL_DIR of the moved package is '$plugin_dir', want $prefix/lib/toolnexus/plugins"
+ok "find_package from the moved prefix; TOOLNEXUS_PLUGIN_INSTALL_DIR=$plugin_dir"
+
+# --------------------------------------------------------------------------
+step "6. toolnexus serve with the kv store: seed example 2 across a restart"
+tnx="$prefix/bin/toolnexus"
+if [ ! -x "$tnx" ]; then
+  echo "   SKIPPED: $tnx is not installed (bin/toolnexus not built yet)"
+  printf '\ninstall_test: PASS (steps 1-5; step 6 skipped: no bin/toolnexus)\n'
+  exit 0
+fi
+
+# A JSON-RPC call: rpc.py URL METHOD PARAMS_JSON [FIELD.PATH...] prints each
+# field of the response's top level (e.g. result.status.state) on a line.
+cat >"$TMP/rpc.py" <<'EOF'
+import json, sys, urllib.error, urllib.request
+url, method, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+body = json.dumps({"jsonrpc": "2.0", "id": "1", "method": method, "params": params}).encode()
+req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never an http_proxy for 127.0.0.1
+try:
+    with opener.open(req, timeout=30) as r:
+        resp = json.load(r)
+except urllib.error.HTTPError as e:
+    sys.exit(f"{method}: HTTP {e.code}: {e.read().decode(errors='replace')[:2000]}")
+except Exception as e:
+    sys.exit(f"{method} to {url} failed: {e}")
+if "error" in resp:
+    sys.exit(f"{method} returned a JSON-RPC error: {json.dumps(resp['error'])}")
+for path in sys.argv[4:]:
+    v = resp
+    for k in path.split("."):
+        if not isinstance(v, dict) or k not in v:
+            sys.exit(f"{method}: no {path} in the response {json.dumps(resp)[:2000]}")
+        v = v[k]
+    print(v if isinstance(v, str) else json.dumps(v))
+EOF
+rpc() { python3 "$TMP/rpc.py" "$@"; }
+
+url=""
+server_pid=""
+start_server() { # N
+  local out="$TMP/server$1.out" err="$TMP/server$1.err" line="" _
+  logs+=("$err")
+  "$tnx" serve --listen 127.0.0.1:0 --plugin-dir "$TMP/plugins" --store "kv:$TMP/kvdata" --agent approval \
+    >"$out" 2>"$err" &
+  server_pid=$!
+  servers+=("$server_pid")
+  for _ in $(seq 1 200); do
+    line="$(head -n 1 "$out" 2>/dev/null || true)"
+    case "$line" in
+      "listening on http://"*/) break ;;
+    esac
+    kill -0 "$server_pid" 2>/dev/null || fail "server $1 exited before listening; stderr: $(cat "$err")"
+    sleep 0.05
+  done
+  [[ "$line" =~ ^listening\ on\ (http://[^/]+:[0-9]+/)$ ]] ||
+    fail "server $1's first stdout line is '$line', want 'listening on http://HOST:PORT/'"
+  url="${BASH_REMATCH[1]}"
+  ok "server $1 (pid $server_pid): $line"
+}
+stop_server() { # N
+  local _ rc=0
+  kill -TERM "$server_pid"
+  for _ in $(seq 1 300); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$server_pid" 2>/dev/null && fail "server $1 still running 15 s after SIGTERM"
+  wait "$server_pid" || rc=$?
+  [ "$rc" -eq 0 ] || fail "server $1 exited $rc after SIGTERM, want 0"
+  ok "server $1 stopped by SIGTERM, exit 0"
+}
+wait_state() { # ID WANT
+  local _ state=""
+  for _ in $(seq 1 200); do
+    state="$(rpc "$url" GetTask "{\"id\":\"$1\"}" result.status.state)" || fail "GetTask $1 failed"
+    [ "$state" = "$2" ] && break
+    case "$state" in
+      completed | canceled | failed | rejected) fail "task $1 ended in '$state' while waiting for '$2'" ;;
+    esac
+    sleep 0.05
+  done
+  [ "$state" = "$2" ] || fail "task $1 is '$state' after 10 s, want '$2'"
+  ok "GetTask $1: $state"
+}
+
+start_server 1
+out="$(rpc "$url" SendMessage \
+  '{"message":{"role":"user","messageId":"m1","parts":[{"kind":"text","text":"go"}]}}' result.id result.contextId)" ||
+  fail "SendMessage m1 failed"
+task_id="$(sed -n 1p <<<"$out")"
+context_id="$(sed -n 2p <<<"$out")"
+if [ -z "$task_id" ] || [ -z "$context_id" ]; then fail "SendMessage gave no task id / contextId: $out"; fi
+ok "SendMessage m1 -> task $task_id, context $context_id"
+wait_state "$task_id" input-required
+stop_server 1
+[ -s "$TMP/kvdata/tasks.kvlog" ] || fail "no $TMP/kvdata/tasks.kvlog after the first server"
+
+start_server 2
+state="$(rpc "$url" GetTask "{\"id\":\"$task_id\"}" result.status.state)" || fail "GetTask after restart failed"
+[ "$state" = input-required ] || fail "after the restart task $task_id is '$state', want input-required"
+ok "after restart, GetTask $task_id: $state"
+rpc "$url" SendMessage "{\"message\":{\"taskId\":\"$task_id\",\"contextId\":\"$context_id\",\"role\":\"user\",\
+\"messageId\":\"m2\",\"parts\":[{\"kind\":\"text\",\"text\":\"approve\"}]}}" result.id >/dev/null ||
+  fail "SendMessage m2 (approve) failed"
+ok "SendMessage m2 approve"
+wait_state "$task_id" completed
+stop_server 2
+
+if "$tnx" store --help >/dev/null 2>&1; then
+  step "6b. toolnexus store check on the kv log, sound and damaged"
+  logs+=("$TMP/check.out")
+  "$tnx" store check --plugin-dir "$TMP/plugins" "kv:$TMP/kvdata" >"$TMP/check.out" 2>&1 ||
+    fail "store check of the sound log failed: $(cat "$TMP/check.out")"
+  grep -q ' 0 bad$' "$TMP/check.out" || fail "store check: $(cat "$TMP/check.out")"
+  ok "store check kv:\$TMP/kvdata: $(tail -n 1 "$TMP/check.out")"
+  # Damage the middle of the log: the first record's payload, with the
+  # records after it intact. Open must refuse; ?salvage must report it.
+  python3 - "$TMP/kvdata/tasks.kvlog" <<'EOF'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[32 + 56 + 2] ^= 0x20  # file header (32), first record's header (56), into its payload
+open(p, "wb").write(b)
+EOF
+  rc=0
+  "$tnx" store check --plugin-dir "$TMP/plugins" "kv:$TMP/kvdata" >"$TMP/check.out" 2>&1 || rc=$?
+  [ "$rc" -ne 0 ] || fail "store check of a damaged log succeeded: $(cat "$TMP/check.out")"
+  grep -q 'corrupt record at offset 32' "$TMP/check.out" ||
+    fail "the damaged log's error does not name the offset: $(cat "$TMP/check.out")"
+  ok "damaged log refused (exit $rc): $(grep -o "corrupt record at offset [0-9]*" "$TMP/check.out" | head -n 1)"
+  rc=0
+  "$tnx" store check --plugin-dir "$TMP/plugins" "kv:$TMP/kvdata?salvage" >"$TMP/check.out" 2>&1 || rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -q 'BAD tasks.kvlog@' "$TMP/check.out"; then
+    fail "store check with ?salvage should exit 1 listing the damaged stretch: exit $rc: $(cat "$TMP/check.out")"
+  fi
+  ok "?salvage: $(grep 'BAD' "$TMP/check.out" | head -n 1 | cut -c1-100)"
+fi
+
+printf '\ninstall_test: PASS\n'

@@ -1,0 +1,215 @@
+// The real `toolnexus serve` program as a child process: first stdout line,
+// a request, SIGTERM -> exit 0; config file; bad selector -> non-zero exit
+// with a clear message.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <regex>
+
+extern char **environ;
+
+using namespace tnxtest;
+
+namespace {
+
+const std::string kExe = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // stdout read end
+  int err = -1;  // stderr read end
+  std::string out_buf, err_buf;
+
+  explicit Child(const std::vector<std::string> &args) {
+    int o[2], e[2];
+    REQUIRE(::pipe(o) == 0);
+    REQUIRE(::pipe(e) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+    posix_spawn_file_actions_addclose(&fa, o[0]);
+    posix_spawn_file_actions_addclose(&fa, e[0]);
+    std::vector<char *> argv;
+    argv.push_back(const_cast<char *>(kExe.c_str()));
+    for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid, kExe.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(o[1]);
+    ::close(e[1]);
+    out = o[0];
+    err = e[0];
+    REQUIRE_MESSAGE(rc == 0, "cannot run " << kExe);
+  }
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+    }
+    ::close(out);
+    ::close(err);
+  }
+
+  // Drains both pipes for up to `ms`.
+  void pump(int ms) {
+    pollfd p[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
+    if (::poll(p, 2, ms) <= 0) return;
+    char buf[4096];
+    if (p[0].revents & (POLLIN | POLLHUP)) {
+      const ssize_t n = ::read(out, buf, sizeof buf);
+      if (n > 0) out_buf.append(buf, static_cast<size_t>(n));
+    }
+    if (p[1].revents & (POLLIN | POLLHUP)) {
+      const ssize_t n = ::read(err, buf, sizeof buf);
+      if (n > 0) err_buf.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  std::string first_stdout_line(std::chrono::milliseconds timeout = 5000ms) {
+    const auto deadline = Clock::now() + timeout;
+    while (out_buf.find('\n') == std::string::npos && Clock::now() < deadline) pump(50);
+    const auto nl = out_buf.find('\n');
+    REQUIRE_MESSAGE(nl != std::string::npos, "no stdout line; stderr: " << err_buf);
+    return out_buf.substr(0, nl);
+  }
+
+  // Waits for exit; returns the wait status (or -1 on timeout).
+  int wait_exit(std::chrono::milliseconds timeout = 5000ms) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      int st = 0;
+      const pid_t r = ::waitpid(pid, &st, WNOHANG);
+      if (r == pid) {
+        pid = -1;
+        for (int i = 0; i < 5; ++i) pump(10);
+        return st;
+      }
+      pump(10);
+    }
+    return -1;
+  }
+};
+
+std::string url_from(const std::string &line) {
+  static const std::regex re(R"(^listening on (http://127\.0\.0\.1:[0-9]+/)$)");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_match(line, m, re), "first line: '" << line << "'");
+  return m[1];
+}
+
+}  // namespace
+
+TEST_CASE("toolnexus serve: first line, a request, SIGTERM -> exit 0, the Task on disk") {
+  TempDir dir;
+  Child child({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--agent", "approval",
+               "--name", "cli-agent", "--log-level", "debug"});
+  const std::string url = url_from(child.first_stdout_line());
+  Client c(url);
+  const std::string id = task_id(c.send("deploy"));
+  CHECK(state_of(c.wait_settled(id)) == "input-required");
+  auto card = parse(c.connection().get("/.well-known/agent-card.json").body);
+  CHECK(std::string(card["name"].GetString()) == "cli-agent");
+
+  REQUIRE(::kill(child.pid, SIGTERM) == 0);
+  const int st = child.wait_exit();
+  REQUIRE_MESSAGE(st != -1, "did not exit; stderr: " << child.err_buf);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(child.err_buf.find("POST / SendMessage 200") != std::string::npos);  // one line per request
+  CHECK(std::filesystem::exists(dir.path / (id + ".json")));
+  auto store = toolnexus::resolve_store("file:" + dir.str());
+  CHECK(store->get(id)->state == "input-required");
+}
+
+TEST_CASE("toolnexus serve --config, flags override, SIGINT") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.path / "serve.json");
+    f << R"({"listen": "127.0.0.1:1", "agent": "approval", "log_level": "warn",
+             "a2a": {"name": "from-config", "store": "file:)"
+      << (dir.path / "tasks").string() << R"(", "provider": {"organization": "Org"}},
+             "lease": {"lease_ms": 20000, "renew_interval_ms": 5000}})";
+  }
+  Child child({"serve", "--config", (dir.path / "serve.json").string(), "--listen", "127.0.0.1:0"});
+  const std::string url = url_from(child.first_stdout_line());
+  Client c(url);
+  auto card = parse(c.connection().get("/.well-known/agent-card.json").body);
+  CHECK(std::string(card["name"].GetString()) == "from-config");
+  CHECK(std::string(card["provider"]["organization"].GetString()) == "Org");
+  const std::string id = task_id(c.send("x"));
+  CHECK(state_of(c.wait_settled(id)) == "input-required");  // the approval agent from the config
+  REQUIRE(::kill(child.pid, SIGINT) == 0);
+  const int st = child.wait_exit();
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(std::filesystem::exists(dir.path / "tasks" / (id + ".json")));
+}
+
+TEST_CASE("toolnexus serve with bearer tokens") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.path / "tokens.json");
+    f << R"({"cli-secret-1": "ops"})";
+  }
+  Child child({"serve", "--listen", "127.0.0.1:0", "--auth-tokens", (dir.path / "tokens.json").string(),
+               "--log-level", "debug"});
+  const std::string url = url_from(child.first_stdout_line());
+  Connection anon(port_of(url));
+  CHECK(anon.post(R"({"jsonrpc":"2.0","id":1,"method":"ListTasks"})").status == 401);
+  Client ops(url, "cli-secret-1");
+  CHECK(ops.call("ListTasks", "{}").HasMember("result"));
+  ::kill(child.pid, SIGTERM);
+  CHECK(child.wait_exit() == 0);
+  CHECK(child.err_buf.find("principal=ops") != std::string::npos);
+  CHECK(child.err_buf.find("cli-secret-1") == std::string::npos);
+}
+
+TEST_CASE("toolnexus serve refuses what it cannot run, with a clear message and a non-zero exit") {
+  SUBCASE("unknown store selector") {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--store", "nosuch:place"});
+    const int st = child.wait_exit();
+    REQUIRE(st != -1);
+    CHECK(WEXITSTATUS(st) == 1);
+    CHECK(child.err_buf.find("nosuch") != std::string::npos);
+    CHECK(child.out_buf.empty());
+  }
+  SUBCASE("a store its plugin cannot open") {
+    TempDir dir;
+    { std::ofstream f(dir.path / "not-a-dir"); f << "x"; }
+    Child child({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + (dir.path / "not-a-dir").string()});
+    const int st = child.wait_exit();
+    REQUIRE(st != -1);
+    CHECK(WEXITSTATUS(st) == 1);
+    CHECK(child.err_buf.find("not-a-dir") != std::string::npos);
+  }
+  SUBCASE("unknown agent, bad flag, bad listen") {
+    {
+      Child child({"serve", "--agent", "nope"});
+      CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+      CHECK(child.err_buf.find("unknown agent") != std::string::npos);
+    }
+    {
+      Child child({"serve", "--bogus"});
+      CHECK(WEXITSTATUS(child.wait_exit()) == 2);
+      CHECK(child.err_buf.find("--bogus") != std::string::npos);
+    }
+    {
+      Child child({"serve", "--listen", "nohost"});
+      CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+      CHECK(child.err_buf.find("nohost") != std::string::npos);
+    }
+  }
+  SUBCASE("--help") {
+    Child child({"serve", "--help"});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 0);
+    CHECK(child.out_buf.find("usage: toolnexus serve") != std::string::npos);
+  }
+}

@@ -1,0 +1,219 @@
+// Every error the issue names, with the request that triggers it, and the
+// request id echoed in every answer.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+using namespace tnxtest;
+
+namespace {
+
+struct Fixture {
+  toolnexus::ServerHandle server;
+  Fixture() : server(start()) {}
+  static toolnexus::ServerHandle start() {
+    auto o = test_options();
+    o.agent = "approval";
+    return toolnexus::serve(o);
+  }
+};
+
+// Checks code, echoed id (as JSON text) and returns the message.
+std::string expect_error(const rapidjson::Document &d, int code, const std::string &id_json) {
+  INFO(to_json(d));
+  REQUIRE(d.HasMember("error"));
+  CHECK(!d.HasMember("result"));
+  CHECK(std::string(d["jsonrpc"].GetString()) == "2.0");
+  CHECK(d["error"]["code"].GetInt() == code);
+  CHECK(to_json(d["id"]) == id_json);
+  return d["error"]["message"].GetString();
+}
+
+std::string field_of(const rapidjson::Document &d) {
+  if (!d["error"].HasMember("data")) return {};
+  return d["error"]["data"]["field"].GetString();
+}
+
+}  // namespace
+
+TEST_CASE("JSON-RPC envelope errors") {
+  Fixture f;
+  Client c(f.server.url());
+
+  SUBCASE("-32700 unparsable body: id is null (it cannot be read)") {
+    auto r = c.post(R"({"jsonrpc":"2.0","id":5,"method":"GetTask",)");
+    CHECK(r.status == 200);
+    const std::string m = expect_error(parse(r.body), -32700, "null");
+    CHECK(m.find("parse error") != std::string::npos);
+    CHECK(m.find("at byte") != std::string::npos);
+  }
+  SUBCASE("-32700 empty body") {
+    expect_error(parse(c.post("").body), -32700, "null");
+  }
+  SUBCASE("-32600 not a JSON-RPC request, id echoed") {
+    expect_error(parse(c.post(R"({"jsonrpc":"1.0","id":7,"method":"GetTask","params":{"id":"x"}})").body),
+                 -32600, "7");
+    expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":"s-1","method":42})").body), -32600, "\"s-1\"");
+    expect_error(parse(c.post(R"({"jsonrpc":"2.0","method":"GetTask","params":{"id":"x"}})").body), -32600, "null");
+    expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"})").body), -32600, "null");
+    const std::string m = expect_error(parse(c.post(R"([{"jsonrpc":"2.0","id":1,"method":"GetTask"}])").body),
+                                       -32600, "null");
+    CHECK(m.find("batch") != std::string::npos);
+    expect_error(parse(c.post(R"("just a string")").body), -32600, "null");
+  }
+  SUBCASE("-32601 unknown method") {
+    const std::string m = expect_error(c.call("tasks/explode", "{}", R"("abc")"), -32601, "\"abc\"");
+    CHECK(m.find("tasks/explode") != std::string::npos);
+  }
+  SUBCASE("-32602 bad params name the offending field") {
+    auto d = c.call("GetTask", "{}", "11");
+    expect_error(d, -32602, "11");
+    CHECK(field_of(d) == "params.id");
+    d = c.call("GetTask", R"({"id":17})", "12");
+    expect_error(d, -32602, "12");
+    CHECK(field_of(d) == "params.id");
+    d = c.call("GetTask", R"({"id":"x","historyLength":-1})", "13");
+    expect_error(d, -32602, "13");
+    CHECK(field_of(d) == "params.historyLength");
+    d = c.call("SendMessage", "", "14");
+    expect_error(d, -32602, "14");
+    CHECK(field_of(d) == "params");
+    d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","parts":[]}})", "15");
+    expect_error(d, -32602, "15");
+    CHECK(field_of(d) == "params.message.parts");
+    d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":5}]}})",
+               "16");
+    expect_error(d, -32602, "16");
+    CHECK(field_of(d) == "params.message.parts[0].text");
+    d = c.call("SendMessage", R"({"message":{"role":"robot","messageId":"m","parts":[{"kind":"text","text":"x"}]}})",
+               "17");
+    expect_error(d, -32602, "17");
+    CHECK(field_of(d) == "params.message.role");
+    d = c.call("SendMessage", R"({"message":{"role":"user","parts":[{"kind":"text","text":"x"}]}})", "18");
+    expect_error(d, -32602, "18");
+    CHECK(field_of(d) == "params.message.messageId");
+    d = c.call("SendMessage",
+               R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]},)"
+               R"("configuration":{"blocking":"yes"}})",
+               "19");
+    expect_error(d, -32602, "19");
+    CHECK(field_of(d) == "params.configuration.blocking");
+    d = c.call("ListTasks", R"({"pageSize":101})", "20");
+    expect_error(d, -32602, "20");
+    CHECK(field_of(d) == "params.pageSize");
+    d = c.call("ListTasks", R"({"pageSize":0})", "21");
+    expect_error(d, -32602, "21");
+    d = c.call("ListTasks", R"({"status":"sleeping"})", "22");
+    expect_error(d, -32602, "22");
+    CHECK(field_of(d) == "params.status");
+    d = c.call("ListTasks", R"({"statusTimestampAfter":"yesterday"})", "23");
+    expect_error(d, -32602, "23");
+    CHECK(field_of(d) == "params.statusTimestampAfter");
+    d = c.call("ListTasks", R"({"pageToken":"not-a-token!"})", "24");
+    expect_error(d, -32602, "24");
+    CHECK(field_of(d) == "params.pageToken");
+    d = c.call("GetTask", R"(["x"])", "25");
+    expect_error(d, -32602, "25");
+    CHECK(field_of(d) == "params");
+  }
+  SUBCASE("-32009 unsupported A2A-Version") {
+    auto d = c.call("GetTask", R"({"id":"x"})", "30", "A2A-Version: 1.0\r\n");
+    expect_error(d, -32009, "30");
+    // v0.3 explicitly is fine (the Task is simply not there).
+    expect_error(c.call("GetTask", R"({"id":"x"})", "31", "A2A-Version: 0.3\r\n"), -32001, "31");
+  }
+}
+
+TEST_CASE("A2A errors") {
+  Fixture f;
+  Client c(f.server.url());
+
+  SUBCASE("-32001 unknown Task, for every method that takes one") {
+    const std::string m = expect_error(c.call("GetTask", R"({"id":"no-such-task"})", "\"g\""), -32001, "\"g\"");
+    CHECK(m == "Task 'no-such-task' not found");
+    expect_error(c.call("CancelTask", R"({"id":"no-such-task"})", "2"), -32001, "2");
+    expect_error(c.call("tasks/cancel", R"({"id":"no-such-task"})", "3"), -32001, "3");
+    expect_error(c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","taskId":"no-such-task",)"
+                                       R"("parts":[{"kind":"text","text":"approve"}]}})",
+                        "4"),
+                 -32001, "4");
+  }
+  SUBCASE("-32002 cancel of a terminal Task; -32004 a message to it") {
+    const std::string id = task_id(c.send("x"));
+    REQUIRE(state_of(c.wait_settled(id)) == "input-required");
+    auto canceled = c.call("CancelTask", R"({"id":)" + q(id) + "}", "40");
+    REQUIRE(state_of(canceled) == "canceled");
+    CHECK(to_json(canceled["id"]) == "40");
+    const std::string m = expect_error(c.call("CancelTask", R"({"id":)" + q(id) + "}", "41"), -32002, "41");
+    CHECK(m.find("canceled") != std::string::npos);
+    expect_error(c.call("SendMessage", R"({"message":{"role":"user","messageId":"m2","taskId":)" + q(id) +
+                                           R"(,"parts":[{"kind":"text","text":"approve"}]}})",
+                        "42"),
+                 -32004, "42");
+    CHECK(state_of(c.get_task(id)) == "canceled");
+  }
+  SUBCASE("-32602 contextId mismatch when continuing") {
+    const std::string id = task_id(c.send("x"));
+    REQUIRE(state_of(c.wait_settled(id)) == "input-required");
+    auto d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m3","taskId":)" + q(id) +
+                                       R"(,"contextId":"another-context","parts":[{"kind":"text","text":"approve"}]}})",
+                    "50");
+    expect_error(d, -32602, "50");
+    CHECK(field_of(d) == "params.message.contextId");
+    CHECK(state_of(c.get_task(id)) == "input-required");  // nothing changed
+  }
+  SUBCASE("-32003 push notifications") {
+    expect_error(c.call("tasks/pushNotificationConfig/set", R"({"taskId":"x"})", "60"), -32003, "60");
+    expect_error(c.call("SetTaskPushNotificationConfig", R"({"taskId":"x"})", "61"), -32003, "61");
+    expect_error(c.call("tasks/pushNotificationConfig/get", R"({"id":"x"})", "62"), -32003, "62");
+    expect_error(c.call("SendMessage",
+                        R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]},)"
+                        R"("configuration":{"pushNotificationConfig":{"url":"http://example.invalid/"}}})",
+                        "63"),
+                 -32003, "63");
+  }
+  SUBCASE("-32004 streaming methods while the card says streaming:false") {
+    for (const char *m : {"message/stream", "SendStreamingMessage", "tasks/resubscribe", "SubscribeToTask"}) {
+      CAPTURE(m);
+      expect_error(c.call(m, R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]}})",
+                          "70"),
+                   -32004, "70");
+    }
+    auto card = parse(c.connection().get("/.well-known/agent-card.json").body);
+    CHECK(card["capabilities"]["streaming"].GetBool() == false);
+  }
+  SUBCASE("-32005 no acceptable output mode") {
+    expect_error(c.call("SendMessage",
+                        R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]},)"
+                        R"("configuration":{"acceptedOutputModes":["image/png"]}})",
+                        "80"),
+                 -32005, "80");
+  }
+  SUBCASE("ids of every type are echoed on success too") {
+    for (const char *id : {"0", "-3", "1.5", "\"\"", "\"a b\"", "null", "18446744073709551615"}) {
+      CAPTURE(id);
+      auto d = c.call("ListTasks", "{}", id);
+      CHECK(d.HasMember("result"));
+      CHECK(to_json(d["id"]) == id);
+    }
+  }
+}
+
+TEST_CASE("HTTP surface: 404 for anything but POST / and the card") {
+  Fixture f;
+  Connection conn(port_of(f.server.url()));
+  CHECK(conn.get("/").status == 404);
+  CHECK(conn.get("/tasks").status == 404);
+  CHECK(conn.get("/.well-known/agent.json").status == 200);
+  auto r = conn.get("/.well-known/agent-card.json");
+  CHECK(r.status == 200);
+  CHECK(r.header("content-type").find("application/json") != std::string::npos);
+  // The connection is still usable after all of these.
+  CHECK(conn.post(R"({"jsonrpc":"2.0","id":1,"method":"ListTasks"})").status == 200);
+  // A POST elsewhere is 404 too (and, its body unread, the connection closes).
+  Connection other(port_of(f.server.url()));
+  auto nf = other.post("{}", "", "/rpc");
+  CHECK(nf.status == 404);
+  std::string connection = nf.header("connection");
+  for (char &ch : connection) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  CHECK(connection == "close");
+}

@@ -1,0 +1,204 @@
+// The methods' behaviour: GetTask historyLength, ListTasks filters and
+// paging, blocking SendMessage, executor failures, and the Agent Card.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+#include <set>
+
+using namespace tnxtest;
+
+namespace {
+
+class Thrower final : public toolnexus::AgentExecutor {
+ public:
+  std::string name() const override { return "thrower"; }
+  std::vector<toolnexus::AgentSkill> skills() const override {
+    return {toolnexus::AgentSkill{"boom", "Boom", "Always fails.", {"test"}, {}}};
+  }
+  toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
+    if (ctx.latest_text == "fail politely") return toolnexus::ExecutionResult::failed("could not do it");
+    throw std::runtime_error("kaboom");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("SendMessage: a new Task, blocking, contextId kept, historyLength") {
+  auto server = toolnexus::serve(test_options());
+  Client c(server.url());
+
+  auto d = c.send("hello", R"("contextId":"my-context")", R"({"blocking":true})");
+  REQUIRE(state_of(d) == "completed");  // blocking: answered when terminal
+  const auto &t = d["result"];
+  CHECK(std::string(t["contextId"].GetString()) == "my-context");
+  CHECK(std::string(t["kind"].GetString()) == "task");
+  CHECK(artifact_text(t) == "hello");
+  CHECK(std::string(t["history"][0]["taskId"].GetString()) == t["id"].GetString());
+  CHECK(std::string(t["history"][0]["contextId"].GetString()) == "my-context");
+  int64_t us = 0;
+  CHECK(toolnexus::parse_timestamp(t["status"]["timestamp"].GetString(), us));
+
+  auto nb = c.send("later");
+  CHECK(state_of(nb) == "submitted");  // answered at once
+  CHECK(nb["result"]["contextId"].GetStringLength() == 36);  // a new context
+  CHECK(std::string(nb["result"]["contextId"].GetString()) != "my-context");
+  CHECK(nb["result"]["metadata"]["toolnexus/lease"]["instance"].GetString() == server.instance_id());
+
+  auto h0 = c.send("no history please", "", R"({"blocking":true,"historyLength":0})");
+  CHECK(h0["result"]["history"].Size() == 0);
+}
+
+TEST_CASE("GetTask honours historyLength") {
+  auto o = test_options();
+  o.agent = "approval";
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  const std::string id = task_id(c.send("one"));
+  c.wait_settled(id);
+  c.send("two", R"("taskId":)" + q(id));
+  c.wait_settled(id);  // input-required again: history one, prompt, two, prompt
+  auto all = c.get_task(id);
+  REQUIRE(all["result"]["history"].Size() == 4);
+  auto none = c.get_task(id, R"("historyLength":0)");
+  CHECK(none["result"]["history"].Size() == 0);
+  auto last2 = c.get_task(id, R"("historyLength":2)");
+  REQUIRE(last2["result"]["history"].Size() == 2);
+  CHECK(std::string(last2["result"]["history"][0]["parts"][0]["text"].GetString()) == "two");
+  auto more = c.get_task(id, R"("historyLength":100)");
+  CHECK(more["result"]["history"].Size() == 4);
+}
+
+TEST_CASE("ListTasks: filters, newest first, cursor, artifacts only when asked") {
+  auto server = toolnexus::serve(test_options());
+  Client c(server.url());
+  std::vector<std::string> ctx_a, ctx_b;
+  for (int i = 0; i < 5; ++i) {
+    ctx_a.push_back(task_id(c.send("a" + std::to_string(i), R"("contextId":"ctx-a")", R"({"blocking":true})")));
+    std::this_thread::sleep_for(2ms);
+  }
+  const std::string between = toolnexus::format_timestamp(toolnexus::now_us());
+  std::this_thread::sleep_for(2ms);
+  for (int i = 0; i < 3; ++i)
+    ctx_b.push_back(task_id(c.send("b" + std::to_string(i), R"("contextId":"ctx-b")", R"({"blocking":true})")));
+
+  auto all = c.call("ListTasks", "{}");
+  REQUIRE(all["result"]["tasks"].Size() == 8);
+  CHECK(all["result"]["totalSize"].GetUint64() == 8);
+  CHECK(all["result"]["pageSize"].GetInt() == 50);
+  CHECK(std::string(all["result"]["nextPageToken"].GetString()).empty());
+  // Newest first.
+  CHECK(std::string(all["result"]["tasks"][0]["id"].GetString()) == ctx_b.back());
+  CHECK(std::string(all["result"]["tasks"][7]["id"].GetString()) == ctx_a.front());
+  // Artifacts left out unless asked.
+  CHECK(!all["result"]["tasks"][0].HasMember("artifacts"));
+  auto with = c.call("ListTasks", R"({"includeArtifacts":true,"historyLength":0})");
+  CHECK(artifact_text(with["result"]["tasks"][0]) == "b2");
+  CHECK(with["result"]["tasks"][0]["history"].Size() == 0);
+
+  auto a = c.call("ListTasks", R"({"contextId":"ctx-a"})");
+  CHECK(a["result"]["tasks"].Size() == 5);
+  CHECK(a["result"]["totalSize"].GetUint64() == 5);
+  auto after = c.call("ListTasks", R"({"statusTimestampAfter":)" + q(between) + "}");
+  CHECK(after["result"]["tasks"].Size() == 3);
+  auto completed = c.call("ListTasks", R"({"status":"completed"})");
+  CHECK(completed["result"]["tasks"].Size() == 8);
+  auto completed_v1 = c.call("ListTasks", R"({"status":"TASK_STATE_COMPLETED"})");
+  CHECK(completed_v1["result"]["tasks"].Size() == 8);
+  auto working = c.call("tasks/list", R"({"status":"working"})");
+  CHECK(working["result"]["tasks"].Size() == 0);
+  CHECK(working["result"]["totalSize"].GetUint64() == 0);
+
+  // Paging: 3 + 3 + 2, then an empty token.
+  std::set<std::string> seen;
+  std::string token;
+  std::vector<size_t> sizes;
+  do {
+    auto page = c.call("ListTasks", R"({"pageSize":3,"pageToken":)" + q(token) + "}");
+    CHECK(page["result"]["pageSize"].GetInt() == 3);
+    sizes.push_back(page["result"]["tasks"].Size());
+    for (const auto &t : page["result"]["tasks"].GetArray()) seen.insert(t["id"].GetString());
+    token = page["result"]["nextPageToken"].GetString();
+  } while (!token.empty() && sizes.size() < 10);
+  CHECK(sizes == std::vector<size_t>{3, 3, 2});
+  CHECK(seen.size() == 8);
+}
+
+TEST_CASE("an executor error never crashes the server: the Task fails with the error") {
+  auto o = test_options();
+  o.executor = std::make_shared<Thrower>();
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  auto d = c.send("anything", "", R"({"blocking":true})");
+  REQUIRE(state_of(d) == "failed");
+  CHECK(status_text(d["result"]).find("kaboom") != std::string::npos);
+  d = c.send("fail politely", "", R"({"blocking":true})");
+  REQUIRE(state_of(d) == "failed");
+  CHECK(status_text(d["result"]) == "could not do it");
+  auto card = parse(c.connection().get("/.well-known/agent-card.json").body);
+  CHECK(std::string(card["skills"][0]["id"].GetString()) == "boom");
+}
+
+TEST_CASE("the Agent Card") {
+  auto o = test_options();
+  o.card.name = "Approver";
+  o.card.description = "Asks before it acts.";
+  o.card.version = "2.3.4";
+  o.agent = "approval";
+
+  SUBCASE("fields, and the url as the client reached the server") {
+    auto server = toolnexus::serve(o);
+    Connection conn(port_of(server.url()));
+    auto card = parse(conn.get("/.well-known/agent-card.json").body);
+    CHECK(std::string(card["name"].GetString()) == "Approver");
+    CHECK(std::string(card["description"].GetString()) == "Asks before it acts.");
+    CHECK(std::string(card["version"].GetString()) == "2.3.4");
+    CHECK(std::string(card["protocolVersion"].GetString()) == "0.3.0");
+    CHECK(std::string(card["preferredTransport"].GetString()) == "JSONRPC");
+    CHECK(!card.HasMember("provider"));
+    CHECK(!card.HasMember("securitySchemes"));
+    CHECK(card["capabilities"]["pushNotifications"].GetBool() == false);
+    CHECK(std::string(card["defaultInputModes"][0].GetString()) == "text/plain");
+    CHECK(std::string(card["defaultOutputModes"][0].GetString()) == "text/plain");
+    CHECK(std::string(card["skills"][0]["id"].GetString()) == "approval");
+    CHECK(std::string(card["url"].GetString()) == "http://127.0.0.1/");  // the Host header sent
+
+    auto proxied = parse(conn.get("/.well-known/agent.json",
+                                  "X-Forwarded-Proto: https\r\nX-Forwarded-Host: agents.example.com\r\n")
+                             .body);
+    CHECK(std::string(proxied["url"].GetString()) == "https://agents.example.com/");
+    auto fwd = parse(conn.get("/.well-known/agent-card.json",
+                              "Forwarded: for=1.2.3.4;proto=https;host=\"edge.example:8443\"\r\n")
+                         .body);
+    CHECK(std::string(fwd["url"].GetString()) == "https://edge.example:8443/");
+    auto evil = parse(conn.get("/.well-known/agent-card.json", "X-Forwarded-Host: a\"b<c>\r\n").body);
+    CHECK(std::string(evil["url"].GetString()) == "http://127.0.0.1/");
+  }
+  SUBCASE("provider only when configured; a public url overrides") {
+    o.card.provider_organization = "Example Org";
+    o.card.provider_url = "https://example.org";
+    o.card.public_url = "https://public.example/a2a/";
+    auto server = toolnexus::serve(o);
+    Connection conn(port_of(server.url()));
+    auto card = parse(conn.get("/.well-known/agent-card.json").body);
+    CHECK(std::string(card["provider"]["organization"].GetString()) == "Example Org");
+    CHECK(std::string(card["provider"]["url"].GetString()) == "https://example.org");
+    CHECK(std::string(card["url"].GetString()) == "https://public.example/a2a/");
+  }
+}
+
+TEST_CASE("serve() refuses what it cannot run") {
+  auto o = test_options();
+  o.store = "nosuchscheme:somewhere";
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("nosuchscheme"), std::invalid_argument);
+  o = test_options();
+  o.agent = "nosuchagent";
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("approval, echo"), std::invalid_argument);
+  o = test_options();
+  o.listen = "127.0.0.1";
+  CHECK_THROWS_AS(toolnexus::serve(o), std::invalid_argument);
+  // A port in use.
+  auto first = toolnexus::serve(test_options());
+  o = test_options();
+  o.listen = "127.0.0.1:" + std::to_string(first.port());
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("cannot listen"), std::runtime_error);
+}

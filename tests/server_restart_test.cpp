@@ -1,0 +1,122 @@
+// The seed's example 2 across a real restart: a Task parked in
+// input-required by the approval agent survives the server being stopped,
+// is input-required in <dir>/<id>.json, and a NEW server on the same
+// directory resumes it to completed from what is persisted alone.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+#include <fstream>
+#include <sstream>
+
+using namespace tnxtest;
+
+namespace {
+
+std::string read_file(const std::filesystem::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("an input-required Task survives a restart and is resumed by the next server") {
+  TempDir dir;
+  std::string id, context_id;
+  {
+    auto o = test_options();
+    o.store = "file:" + dir.str();
+    o.agent = "approval";
+    toolnexus::ServerHandle server = toolnexus::serve(o);
+    Client c(server.url());
+    auto sent = c.send("go");
+    id = task_id(sent);
+    context_id = sent["result"]["contextId"].GetString();
+    CHECK(state_of(sent) == "submitted");
+    CHECK(id.size() == 36);  // a server-made UUID
+
+    auto final = c.wait_settled(id);
+    REQUIRE(state_of(final) == "input-required");
+    const std::string prompt = status_text(final["result"]);
+    CHECK(prompt.find("Approval required") != std::string::npos);
+    CHECK(prompt.find("\"go\"") != std::string::npos);
+    // The pending request is in the Task itself.
+    const auto &pending = final["result"]["metadata"]["toolnexus/pending"];
+    CHECK(std::string(pending["data"]["originalText"].GetString()) == "go");
+    CHECK(!final["result"]["metadata"].HasMember("toolnexus/lease"));
+    server.stop();
+  }
+
+  // "restart": with no live server, the file is on disk and input-required.
+  const auto file = dir.path / (id + ".json");
+  REQUIRE(std::filesystem::exists(file));
+  auto on_disk = parse(read_file(file));
+  CHECK(std::string(on_disk["id"].GetString()) == id);
+  CHECK(std::string(on_disk["status"]["state"].GetString()) == "input-required");
+  CHECK(on_disk["history"].Size() == 2);
+
+  // A new server (new instance id) on the same directory.
+  auto o = test_options();
+  o.store = toolnexus::resolve_store("file:" + dir.str());
+  o.agent = "approval";
+  toolnexus::ServerHandle server = toolnexus::serve(o);
+  Client c(server.url());
+  CHECK(state_of(c.get_task(id)) == "input-required");
+
+  auto resumed = c.send("approve", R"("taskId":)" + q(id) + R"(,"contextId":)" + q(context_id));
+  REQUIRE_MESSAGE(resumed.HasMember("result"), to_json(resumed));
+  CHECK(task_id(resumed) == id);
+  auto done = c.wait_settled(id);
+  REQUIRE(state_of(done) == "completed");
+  const auto &t = done["result"];
+  CHECK(artifact_text(t) == "go");
+  CHECK(std::string(t["contextId"].GetString()) == context_id);
+  REQUIRE(t["history"].Size() == 4);
+  CHECK(std::string(t["history"][0]["parts"][0]["text"].GetString()) == "go");
+  CHECK(std::string(t["history"][1]["role"].GetString()) == "agent");
+  CHECK(std::string(t["history"][2]["parts"][0]["text"].GetString()) == "approve");
+  CHECK(std::string(t["history"][3]["role"].GetString()) == "agent");
+  CHECK(!t.HasMember("metadata"));  // lease and pending request are gone
+  server.stop();
+
+  // And the completed Task is what is on disk.
+  auto after = parse(read_file(file));
+  CHECK(std::string(after["status"]["state"].GetString()) == "completed");
+  CHECK(artifact_text(after) == "go");
+}
+
+TEST_CASE("approval: deny rejects, anything else asks again, and both spellings of the methods work") {
+  auto o = test_options();
+  o.agent = "approval";
+  toolnexus::ServerHandle server = toolnexus::serve(o);
+  Client c(server.url());
+
+  auto first = c.send("ship it");
+  const std::string id = task_id(first);
+  REQUIRE(state_of(c.wait_settled(id)) == "input-required");
+
+  c.send("maybe?", R"("taskId":)" + q(id));
+  auto again = c.wait_settled(id);
+  REQUIRE(state_of(again) == "input-required");
+  CHECK(status_text(again["result"]).find("Please answer") != std::string::npos);
+  CHECK(std::string(again["result"]["metadata"]["toolnexus/pending"]["data"]["originalText"].GetString()) ==
+        "ship it");
+
+  // v0.3 spelling: message/send, tasks/get.
+  auto no = c.call("message/send", R"({"message":{"role":"user","messageId":"x1","taskId":)" + q(id) +
+                                        R"(,"parts":[{"kind":"text","text":"  No "}]}})");
+  REQUIRE_MESSAGE(no.HasMember("result"), to_json(no));
+  const auto deadline = Clock::now() + 5s;
+  std::string state;
+  while (Clock::now() < deadline) {
+    auto g = c.call("tasks/get", R"({"id":)" + q(id) + "}");
+    state = state_of(g);
+    if (state != "working") break;
+    std::this_thread::sleep_for(2ms);
+  }
+  CHECK(state == "rejected");
+  auto final = c.get_task(id);
+  CHECK(status_text(final["result"]).find("Denied") != std::string::npos);
+  CHECK(!final["result"].HasMember("artifacts"));
+}
