@@ -297,6 +297,21 @@ void compare_and_set(const StoreFactory &fresh) {
   EXPECT(!s->get("cas").has_value(), "delete with the right version failed");
 }
 
+void recreate_version(const StoreFactory &fresh) {
+  auto s = fresh();
+  s->save(make_task("rv", "c", "submitted", 1));
+  uint64_t v2 = s->save(make_task("rv", "c", "working", 2));
+  s->remove("rv");
+  expect_status(Status::not_found, [&] { s->remove("rv", kNoVersion); }, "delete of a missing id with kNoVersion");
+  uint64_t v3 = s->save(make_task("rv", "c", "submitted", 3));
+  EXPECT(v3 > v2, "a re-created id got version " + std::to_string(v3) + ", not above its old " + std::to_string(v2));
+  SaveOptions stale;
+  stale.expected_version = v2;
+  expect_status(Status::conflict, [&] { s->save(make_task("rv", "c", "failed", 4), stale); },
+                "save with the version from before the delete");
+  expect_status(Status::conflict, [&] { s->remove("rv", kNoVersion); }, "delete of an existing id with kNoVersion");
+}
+
 void invalid_rejected(const StoreFactory &fresh) {
   auto s = fresh();
   Task no_id;
@@ -426,6 +441,7 @@ const std::vector<Rule> kRules = {
     {"list-filters", "list filters by contextId, state, owner, tenant and a strict time window", list_filters},
     {"bad-cursor", "a malformed cursor is invalid_argument", bad_cursor},
     {"compare-and-set", "a stale expected version is a conflict and writes nothing", compare_and_set},
+    {"recreate-version", "a deleted and re-created id never gets back an old version", recreate_version},
     {"invalid-task-rejected", "a Task without id or with invalid UTF-8 never reaches the store", invalid_rejected},
     {"large-task", "a 1 MiB Task round-trips intact", large_task},
     {"concurrency", "8 threads saving, reading and CAS-incrementing lose and tear nothing", concurrency},

@@ -63,7 +63,9 @@ class MemoryStore final : public toolnexus::sdk::Store {
     e.tenant.assign(view(rec.tenant));
     e.json.assign(view(rec.task_json));
     e.time_us = rec.status_time_us;
-    e.version = current + 1;
+    // One counter for the whole store: a deleted and re-created id never
+    // gets back a version it had (the ABI's version rule).
+    e.version = ++last_version_;
     order_.emplace(std::make_pair(e.time_us, id), &it->first);
     return e.version;
   }
@@ -120,6 +122,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
   }
 
   std::shared_mutex mu_;
+  uint64_t last_version_ = 0;  // guarded by mu_ (exclusive)
   std::unordered_map<std::string, Entry> tasks_;
   // (status time, id) -> pointer to the id key in tasks_ (stable: node-based).
   std::map<std::pair<int64_t, std::string>, const std::string *, ListOrder> order_;

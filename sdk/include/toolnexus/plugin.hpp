@@ -94,6 +94,10 @@ tnx_status guarded(char *err, uint32_t cap, F &&f) noexcept {
 }
 
 inline Store *as_store(tnx_store *s) noexcept { return reinterpret_cast<Store *>(s); }
+
+inline void check_str(tnx_str s, const char *what) {
+  if (s.data == nullptr && s.len != 0) throw Error(TNX_EINVAL, std::string(what) + ": NULL data with a non-zero length");
+}
 }  // namespace detail
 
 /// The vtable whose functions forward to sdk::Store's virtual methods.
@@ -105,6 +109,7 @@ inline const tnx_store_vtable *store_vtable() noexcept {
       [](tnx_store *s, tnx_str id, tnx_record_sink sink, void *ctx, char *err,
          uint32_t cap) noexcept -> tnx_status {
         return detail::guarded(err, cap, [&] {
+          detail::check_str(id, "get: id");
           if (id.len == 0) throw Error(TNX_EINVAL, "get: empty task id");
           if (!detail::as_store(s)->get(view(id), RecordOut(sink, ctx)))
             throw Error(TNX_ENOTFOUND, "no task with id '" + std::string(view(id)) + "'");
@@ -116,6 +121,9 @@ inline const tnx_store_vtable *store_vtable() noexcept {
          char *err, uint32_t cap) noexcept -> tnx_status {
         return detail::guarded(err, cap, [&] {
           if (rec == nullptr || rec->id.len == 0) throw Error(TNX_EINVAL, "save: empty task id");
+          for (tnx_str f : {rec->id, rec->context_id, rec->state, rec->owner, rec->tenant, rec->task_json})
+            detail::check_str(f, "save: a record field");
+          if (rec->task_json.len == 0) throw Error(TNX_EINVAL, "save: empty task_json");
           *out = detail::as_store(s)->save(*rec, expected);
           return TNX_OK;
         });
@@ -124,6 +132,7 @@ inline const tnx_store_vtable *store_vtable() noexcept {
       [](tnx_store *s, tnx_str id, uint64_t expected, char *err, uint32_t cap) noexcept
       -> tnx_status {
         return detail::guarded(err, cap, [&] {
+          detail::check_str(id, "delete: id");
           if (id.len == 0) throw Error(TNX_EINVAL, "delete: empty task id");
           detail::as_store(s)->del(view(id), expected);
           return TNX_OK;
@@ -134,6 +143,9 @@ inline const tnx_store_vtable *store_vtable() noexcept {
          void *ctx, char *err, uint32_t cap) noexcept -> tnx_status {
         return detail::guarded(err, cap, [&] {
           if (q == nullptr || q->page_size == 0) throw Error(TNX_EINVAL, "list: page_size is 0");
+          if ((q->filter_flags & ~TNX_FILTER_ALL) != 0)
+            throw Error(TNX_EUNSUPPORTED, "list: unknown filter_flags bits " + std::to_string(q->filter_flags & ~TNX_FILTER_ALL));
+          for (tnx_str f : {q->context_id, q->state, q->owner, q->tenant, q->cursor}) detail::check_str(f, "list: a query field");
           std::string next = detail::as_store(s)->list(*q, RecordOut(rs, ctx));
           if (!next.empty()) cs(ctx, str(next));
           return TNX_OK;

@@ -200,7 +200,8 @@ static inline tnx_abi_header tnx_header(size_t struct_size) {
   ((p)->header.struct_size >= offsetof(T, m) + sizeof(((T *)0)->m))
 
 /** A borrowed byte string: `len` bytes at `data`, not NUL-terminated, UTF-8
- *  unless stated. `data` may be NULL only when len == 0. Empty means absent. */
+ *  unless stated. `data` may be NULL only when len == 0 (a NULL `data` with
+ *  len > 0 is TNX_EINVAL). Empty means absent. */
 typedef struct tnx_str {
   const char *data;
   uint64_t len;
@@ -285,6 +286,8 @@ typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
 #define TNX_FILTER_TENANT ((uint32_t)1u << 3)
 #define TNX_FILTER_AFTER ((uint32_t)1u << 4)
 #define TNX_FILTER_BEFORE ((uint32_t)1u << 5)
+/** Every filter bit of this ABI version. */
+#define TNX_FILTER_ALL ((uint32_t)0x3fu)
 
 /** Largest page_size a store must honour; larger requests are clamped. */
 #define TNX_LIST_MAX_PAGE 1000u
@@ -368,8 +371,9 @@ typedef struct tnx_store_vtable {
    * expected_version: TNX_VERSION_ANY (no check), TNX_VERSION_NONE (must not
    * exist) or the version that must currently be stored.
    * On TNX_OK, *out_version (never NULL) receives the new version.
-   * Returns TNX_OK, TNX_ECONFLICT (nothing written), TNX_EINVAL (empty id,
-   * bad field), TNX_EIO (nothing changed; e.g. disk full), TNX_EUNSUPPORTED
+   * Returns TNX_OK, TNX_ECONFLICT (nothing written), TNX_EINVAL (empty id or
+   * task_json, a struct_size below ABI 1.0's, a field that disagrees with
+   * task_json), TNX_EIO (nothing changed; e.g. disk full), TNX_EUNSUPPORTED
    * (CAS requested without TNX_CAP_COMPARE_AND_SET, or the store was
    * opened read-only), TNX_EINTERNAL.
    * One exception to "nothing changed" on TNX_EIO: when a step after the
@@ -383,7 +387,9 @@ typedef struct tnx_store_vtable {
                      char *err, uint32_t err_cap);
 
   /**
-   * del: removes the Task `id`. expected_version as for save.
+   * del: removes the Task `id`. expected_version as for save
+   * (TNX_VERSION_NONE can never match an existing Task: TNX_ECONFLICT when
+   * it exists, TNX_ENOTFOUND when not).
    * Returns TNX_OK, TNX_ENOTFOUND, TNX_ECONFLICT, TNX_EIO, TNX_EINVAL,
    * TNX_EINTERNAL.
    */
@@ -396,7 +402,8 @@ typedef struct tnx_store_vtable {
    * `cursor_sink`. A record that cannot be decoded is not skipped: list stops
    * and returns TNX_ECORRUPT naming it.
    * Returns TNX_OK (possibly with zero records), TNX_EINVAL (bad query or
-   * cursor), TNX_ECORRUPT, TNX_EIO, TNX_EINTERNAL.
+   * cursor), TNX_EUNSUPPORTED (a filter_flags bit the store does not know:
+   * a store never ignores a filter), TNX_ECORRUPT, TNX_EIO, TNX_EINTERNAL.
    */
   tnx_status (*list)(tnx_store *store, const tnx_list_query *query,
                      tnx_record_sink record_sink, tnx_cursor_sink cursor_sink,
