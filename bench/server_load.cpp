@@ -382,9 +382,12 @@ int main(int argc, char **argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         now_left = pending();
       }
-      std::printf("after SendMessage: %llu Task(s) not yet completed; %s after %.0f ms\n",
-                  static_cast<unsigned long long>(left), now_left == 0 ? "all completed" : "STILL PENDING",
-                  std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      if (left == 0)
+        std::printf("after SendMessage: every Task already completed (the workers kept up)\n");
+      else
+        std::printf("after SendMessage: %llu Task(s) queued or working; %s %.0f ms later\n",
+                    static_cast<unsigned long long>(left), now_left == 0 ? "all completed" : "STILL PENDING",
+                    std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
 #ifndef BENCH_NO_SERVER
     if (server) server->stop();

@@ -7,6 +7,9 @@
 //                        (what the file store competes with)
 //   baseline:raw-sqlite  INSERT OR REPLACE of the same row, WAL,
 //                        synchronous=FULL (what the sqlite store competes with)
+//   baseline:raw-libpq   a prepared INSERT ... ON CONFLICT DO UPDATE of the
+//                        same row, one connection per thread (what the
+//                        postgres store competes with)
 //
 //   store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]
 //
@@ -16,6 +19,7 @@
 #include "toolnexus/registry.hpp"
 
 #include <fcntl.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -261,6 +265,67 @@ void bench_raw_sqlite(int threads, size_t n, const std::vector<Task> &tasks) {
   }
 }
 
+// The libpq URI of a postgres selector, without the plugin's tnx_ options.
+std::string libpq_uri(const std::string &selector) {
+  size_t q = selector.find('?');
+  if (q == std::string::npos) return selector;
+  std::string base = selector.substr(0, q), kept;
+  size_t p = q + 1;
+  while (p <= selector.size()) {
+    size_t e = selector.find('&', p);
+    if (e == std::string::npos) e = selector.size();
+    std::string kv = selector.substr(p, e - p);
+    if (!kv.empty() && kv.rfind("tnx_", 0) != 0) kept += (kept.empty() ? "" : "&") + kv;
+    p = e + 1;
+  }
+  return kept.empty() ? base : base + "?" + kept;
+}
+
+void bench_raw_libpq(const std::string &selector, int threads, size_t n, const std::vector<Task> &tasks) {
+  const std::string uri = libpq_uri(selector);
+  auto connect = [&] {
+    PGconn *c = PQconnectdb(uri.c_str());
+    if (PQstatus(c) != CONNECTION_OK) {
+      std::fprintf(stderr, "raw libpq: cannot connect\n");
+      std::exit(2);
+    }
+    return c;
+  };
+  PGconn *setup = connect();
+  PQclear(PQexec(setup, "DROP TABLE IF EXISTS raw_tasks"));
+  PQclear(PQexec(setup,
+                 "CREATE TABLE raw_tasks (id text COLLATE \"C\" PRIMARY KEY, context_id text, state text, "
+                 "status_time_us bigint, owner text, tenant text, task_json text, version bigint)"));
+  PQfinish(setup);
+  std::vector<std::string> json(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) json[i] = tasks[i].to_json();
+  std::mutex mu;
+  std::vector<PGconn *> conns;
+  thread_local PGconn *conn = nullptr;
+  measure("baseline:raw-libpq", threads, "save", n, [&](size_t i) {
+    if (conn == nullptr) {
+      conn = connect();
+      PQclear(PQprepare(conn, "up",
+                        "INSERT INTO raw_tasks VALUES ($1,$2,$3,$4,$5,$6,$7,1) ON CONFLICT (id) DO UPDATE SET "
+                        "context_id=EXCLUDED.context_id, state=EXCLUDED.state, status_time_us=EXCLUDED.status_time_us, "
+                        "owner=EXCLUDED.owner, tenant=EXCLUDED.tenant, task_json=EXCLUDED.task_json, "
+                        "version=raw_tasks.version+1 RETURNING version",
+                        7, nullptr));
+      std::lock_guard l(mu);
+      conns.push_back(conn);
+    }
+    std::string id = "task-" + std::to_string(i), t = std::to_string(i);
+    const char *params[7] = {id.c_str(), "ctx", "working", t.c_str(), "", "", json[i % json.size()].c_str()};
+    PGresult *r = PQexecPrepared(conn, "up", 7, params, nullptr, nullptr, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+      std::fprintf(stderr, "raw libpq: %s\n", PQresultErrorMessage(r));
+      std::exit(2);
+    }
+    PQclear(r);
+  });
+  for (auto *c : conns) PQfinish(c);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -303,6 +368,7 @@ int main(int argc, char **argv) {
       if (sel == "memory") bench_hashmap(t, n, tasks);
       if (sel.rfind("file:", 0) == 0) bench_raw_file(t, n, tasks);
       if (sel.rfind("sqlite:", 0) == 0) bench_raw_sqlite(t, n, tasks);
+      if (sel.rfind("postgres", 0) == 0) bench_raw_libpq(sel, t, n, tasks);
     }
   }
   // Ratios the issues name as goals.
@@ -327,6 +393,15 @@ int main(int argc, char **argv) {
     if (s && rs)
       std::printf("  sqlite save, %d thread(s): %.2fx the raw insert's time per save (goal <= 1.2 at 1 thread)\n",
                   t, rs->ops_per_s / s->ops_per_s);
+  }
+  for (int t : thread_counts) {
+    std::string pgname;
+    for (const auto &r : g_rows)
+      if (r.store.rfind("postgres", 0) == 0) pgname = r.store;
+    const Row *p = find(pgname, t, "save"), *rp = find("baseline:raw-libpq", t, "save");
+    if (p && rp)
+      std::printf("  postgres save, %d thread(s): %.2fx the raw libpq upsert's time per save\n", t,
+                  rp->ops_per_s / p->ops_per_s);
   }
   const Row *s1 = find("sqlite", 1, "save"), *s4 = find("sqlite", 4, "save");
   if (s1 && s4)

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -480,6 +481,14 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter) {
 StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry) {
   return [tmpl = std::move(selector_template), &registry]() {
     std::string sel = tmpl;
+    if (sel.find("{unique}") != std::string::npos) {
+      // Process-wide, so tokens never repeat across factories of one run.
+      static std::atomic<unsigned> counter{0};
+      static const std::string run =
+          std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}() % 100000);
+      const std::string token = run + "_" + std::to_string(++counter);
+      for (size_t p; (p = sel.find("{unique}")) != std::string::npos;) sel.replace(p, 8, token);
+    }
     if (sel.find("{tmp}") != std::string::npos) {
       std::string pattern = (std::filesystem::temp_directory_path() / "tnx-conformance-XXXXXX").string();
       if (mkdtemp(pattern.data()) == nullptr) throw Failure("mkdtemp failed");

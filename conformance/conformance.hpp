@@ -56,7 +56,10 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter = "
 
 /// A factory for a selector template: each call replaces every "{tmp}" in
 /// `selector_template` with a new empty temporary directory (removed by
-/// cleanup_temp_dirs()) and resolves it with `registry`.
+/// cleanup_temp_dirs()) and every "{unique}" with a token ([0-9_]) unique to
+/// that store (for backends whose fresh stores share one server and differ
+/// by a name, e.g. postgresql://...?tnx_table=conf_{unique}), then resolves
+/// it with `registry`.
 StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry);
 
 /// Removes the temporary directories made by selector_factory factories.

@@ -4,7 +4,9 @@
 //   toolnexus-conformance [--plugin-dir DIR]... [--rule SUBSTRING] [--list] SELECTOR
 //
 // SELECTOR may contain "{tmp}", replaced by a fresh temporary directory for
-// every store a rule opens (e.g. "file:{tmp}", "sqlite:{tmp}/t.db").
+// every store a rule opens (e.g. "file:{tmp}", "sqlite:{tmp}/t.db"), and
+// "{unique}", replaced by a token unique to each store (e.g.
+// "postgresql://127.0.0.1/db?tnx_table=conf_{unique}").
 // Exit 0 when every rule passes, 1 when one fails, 2 on bad usage or when the
 // store cannot be opened at all.
 #include "conformance.hpp"
@@ -17,7 +19,8 @@ namespace {
 void usage(std::ostream &os) {
   os << "usage: toolnexus-conformance [--plugin-dir DIR]... [--rule SUBSTRING] [--list] SELECTOR\n"
         "  Runs the TaskStore conformance rules against SELECTOR; \"{tmp}\" in it becomes a\n"
-        "  fresh temporary directory for each store (e.g. file:{tmp}, sqlite:{tmp}/t.db).\n"
+        "  fresh temporary directory for each store (e.g. file:{tmp}, sqlite:{tmp}/t.db);\n"
+        "  \"{unique}\" a token unique to each store (postgresql://...?tnx_table=t_{unique}).\n"
         "  Exit: 0 all rules pass, 1 a rule failed, 2 usage error or store unusable.\n";
 }
 }  // namespace

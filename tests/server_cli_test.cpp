@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 
@@ -212,4 +213,34 @@ TEST_CASE("toolnexus serve refuses what it cannot run, with a clear message and 
     CHECK(WEXITSTATUS(child.wait_exit()) == 0);
     CHECK(child.out_buf.find("usage: toolnexus serve") != std::string::npos);
   }
+}
+
+TEST_CASE("two toolnexus processes share one multi-process store: created by one, resumed by the other") {
+  toolnexus::PluginRegistry::global().load();
+  const auto schemes = toolnexus::PluginRegistry::global().schemes();
+  if (std::find(schemes.begin(), schemes.end(), "sqlite") == schemes.end()) {
+    MESSAGE("no sqlite plugin built: skipped");
+    return;
+  }
+  TempDir dir;
+  const std::string selector = "sqlite:" + (dir.path / "tasks.db").string();
+  Child a({"serve", "--listen", "127.0.0.1:0", "--store", selector, "--agent", "approval", "--settle-interval-ms",
+           "50", "--lease-ms", "1000", "--lease-renew-ms", "100"});
+  Child b({"serve", "--listen", "127.0.0.1:0", "--store", selector, "--agent", "approval", "--settle-interval-ms",
+           "50", "--lease-ms", "1000", "--lease-renew-ms", "100"});
+  Client ca(url_from(a.first_stdout_line()));
+  Client cb(url_from(b.first_stdout_line()));
+  const std::string id = task_id(ca.send("shared"));
+  REQUIRE(state_of(ca.wait_settled(id)) == "input-required");
+  CHECK(state_of(cb.get_task(id)) == "input-required");
+  cb.send("yes", R"("taskId":)" + q(id));
+  auto done = ca.wait_settled(id);
+  CHECK(state_of(done) == "completed");
+  CHECK(artifact_text(done["result"]) == "shared");
+  ::kill(a.pid, SIGTERM);
+  ::kill(b.pid, SIGTERM);
+  CHECK(a.wait_exit() == 0);
+  CHECK(b.wait_exit() == 0);
+  CHECK(a.err_buf.find("settled") == std::string::npos);  // neither settled the other's Task
+  CHECK(b.err_buf.find("settled") == std::string::npos);
 }

@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
+#include <mutex>
 #include <set>
 
 using namespace tnxtest;
@@ -201,4 +202,93 @@ TEST_CASE("serve() refuses what it cannot run") {
   o = test_options();
   o.listen = "127.0.0.1:" + std::to_string(first.port());
   CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("cannot listen"), std::runtime_error);
+}
+
+TEST_CASE("a full queue slows SendMessage down, then answers busy without creating a Task") {
+  struct Gate final : toolnexus::AgentExecutor {
+    std::string name() const override { return "gate"; }
+    std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
+    toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
+      while (!released && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
+      return toolnexus::ExecutionResult::completed();
+    }
+    std::atomic<bool> released{false};
+  };
+  auto gate = std::make_shared<Gate>();
+  auto o = test_options();
+  o.executor = gate;
+  o.workers = 1;
+  o.limits.max_queued_tasks = 2;
+  o.limits.queue_wait_ms = 150;
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  std::vector<std::string> ids;
+  ids.push_back(task_id(c.send("running")));
+  REQUIRE(eventually([&] { return state_of(c.get_task(ids[0])) == "working"; }));
+  ids.push_back(task_id(c.send("queued 1")));
+  ids.push_back(task_id(c.send("queued 2")));
+  const auto t0 = Clock::now();
+  auto busy = c.send("one too many");
+  CHECK(Clock::now() - t0 >= 140ms);  // it waited for room first
+  CHECK(error_code(busy) == -32603);
+  CHECK(error_message(busy).find("busy") != std::string::npos);
+  CHECK(c.call("ListTasks", "{}")["result"]["totalSize"].GetUint64() == 3);
+  // Room appears while a sender waits: it gets in.
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    gate->released = true;
+  });
+  auto admitted = c.send("admitted after waiting");
+  later.join();
+  REQUIRE(admitted.HasMember("result"));
+  ids.push_back(task_id(admitted));
+  for (const auto &id : ids) CHECK(state_of(c.wait_settled(id)) == "completed");
+}
+
+namespace {
+
+// A store that refuses to save completed Tasks (a full disk, say).
+class FailingStore final : public toolnexus::TaskStore {
+ public:
+  explicit FailingStore(std::shared_ptr<toolnexus::TaskStore> inner) : inner_(std::move(inner)) {}
+  std::optional<toolnexus::TaskRecord> get(std::string_view id) override { return inner_->get(id); }
+  void remove(std::string_view id, uint64_t expected) override { inner_->remove(id, expected); }
+  toolnexus::ListPage list(const toolnexus::ListQuery &q) override { return inner_->list(q); }
+  toolnexus::StoreInfo info() const override { return inner_->info(); }
+
+ protected:
+  uint64_t do_save(const toolnexus::TaskRecord &rec, uint64_t expected) override {
+    if (rec.state == "completed") throw toolnexus::StoreError(toolnexus::Status::io, "disk full (test)");
+    toolnexus::SaveOptions so;
+    so.expected_version = expected;
+    so.owner = rec.owner;
+    so.tenant = rec.tenant;
+    return inner_->save(rec.task(), so);
+  }
+
+ private:
+  std::shared_ptr<toolnexus::TaskStore> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("a store error during fulfilment is logged and surfaces as the Task's state") {
+  auto store = std::make_shared<FailingStore>(toolnexus::resolve_store("memory"));
+  auto errors = std::make_shared<std::string>();
+  auto mu = std::make_shared<std::mutex>();
+  auto o = test_options();
+  o.store = store;
+  o.log_sink = [errors, mu](toolnexus::LogLevel level, std::string_view line) {
+    std::lock_guard<std::mutex> lock(*mu);
+    if (level == toolnexus::LogLevel::error) errors->append(line).append("\n");
+  };
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  auto d = c.send("will not fit", "", R"({"blocking":true})");
+  REQUIRE(state_of(d) == "failed");
+  CHECK(status_text(d["result"]).find("the task store failed (io)") != std::string::npos);
+  CHECK(status_text(d["result"]).find("disk full") == std::string::npos);  // details stay in the log
+  CHECK(!d["result"].HasMember("metadata"));
+  std::lock_guard<std::mutex> lock(*mu);
+  CHECK(errors->find("disk full (test)") != std::string::npos);
 }

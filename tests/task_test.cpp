@@ -69,6 +69,18 @@ TEST_CASE("to_json refuses invalid UTF-8 put in by code") {
   CHECK_THROWS_AS(t.to_json(), InvalidTask);
 }
 
+TEST_CASE("to_json refuses to write what parse would refuse: nesting too deep") {
+  Task t = Task::parse(R"({"id":"a"})");
+  rapidjson::Value v(rapidjson::kArrayType);
+  for (int i = 0; i < 70; ++i) {
+    rapidjson::Value outer(rapidjson::kArrayType);
+    outer.PushBack(v, t.allocator());
+    v = outer;
+  }
+  t.json().AddMember("deep", v, t.allocator());
+  CHECK_THROWS_WITH_AS(t.to_json(), "task JSON nests deeper than 64 levels", InvalidTask);
+}
+
 TEST_CASE("set_status replaces the status and stamps the time") {
   Task t = Task::parse(R"({"id":"a","status":{"state":"submitted","extra":1}})");
   rapidjson::Value msg(rapidjson::kObjectType);

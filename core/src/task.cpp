@@ -146,7 +146,12 @@ std::string Task::to_json() const {
                     rapidjson::CrtAllocator, rapidjson::kWriteValidateEncodingFlag>
       w(buf);
   if (!doc_.Accept(w)) throw InvalidTask("task holds a string that is not valid UTF-8");
-  return std::string(buf.GetString(), buf.GetSize());
+  std::string out(buf.GetString(), buf.GetSize());
+  // What parse() would refuse must not be written: a store would hold a Task
+  // it can never read back.
+  if (nesting_depth(out, kMaxTaskDepth) > kMaxTaskDepth)
+    throw InvalidTask("task JSON nests deeper than " + std::to_string(kMaxTaskDepth) + " levels");
+  return out;
 }
 
 std::string_view Task::id() const noexcept { return member_string(doc_, "id"); }

@@ -434,6 +434,11 @@ void TaskLifecycle::worker_loop() {
     room_cv_.notify_one();
     try {
       run(item);
+    } catch (const StoreError &e) {
+      // Details (paths, backend messages) go to the log, not to the client.
+      log_.error("Task '" + item.id + "': the task store failed during fulfilment: " + e.what());
+      fail_after_error(item.id, std::string("the task store failed (") + status_name(e.code()) +
+                                    "); details are in the server log");
     } catch (const std::exception &e) {
       log_.error("Task '" + item.id + "': fulfilment failed: " + e.what());
       fail_after_error(item.id, e.what());

@@ -83,7 +83,8 @@ class Task {
   const rapidjson::Document &json() const noexcept { return doc_; }
   rapidjson::Document::AllocatorType &allocator() noexcept { return doc_.GetAllocator(); }
 
-  /// Compact UTF-8 JSON. Throws InvalidTask if a string holds invalid UTF-8.
+  /// Compact UTF-8 JSON. Throws InvalidTask if a string holds invalid UTF-8
+  /// or the JSON nests deeper than kMaxTaskDepth (parse() would refuse it).
   std::string to_json() const;
 
   /// "id", or "" when absent. View valid until the Task is modified.

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace toolnexus {
 
@@ -40,10 +41,16 @@ LogLevel parse_log_level(std::string_view name);
 /// from both, so `opts.store = "file:/var/tasks";` and
 /// `opts.store = my_store;` both work.
 struct StoreSpec {
+  /// A new memory store.
   StoreSpec() = default;
+  /// A selector ("memory", "file:<dir>", "sqlite:<path>", "<scheme>:...").
   StoreSpec(std::string sel) : selector(std::move(sel)) {}
+  /// A selector; nullptr is "" (a new memory store).
   StoreSpec(const char *sel) : selector(sel == nullptr ? "" : sel) {}
-  StoreSpec(std::shared_ptr<TaskStore> s) : store(std::move(s)) {}
+  /// A store object (TaskStore or a class derived from it), shared with the
+  /// caller (never closed by the server).
+  template <class T, class = std::enable_if_t<std::is_base_of_v<TaskStore, T>>>
+  StoreSpec(std::shared_ptr<T> s) : store(std::move(s)) {}
   /// resolve_store() selector; "" or "memory" is a new memory store.
   std::string selector = "memory";
   /// When set, used instead of the selector.
@@ -170,7 +177,9 @@ class ServerHandle {
   /// it. Errors while closing are logged, not thrown.
   void stop();
 
+  /// Internal: the running server's parts (server/src/server.cpp).
   struct Impl;
+  /// Internal: made by serve().
   explicit ServerHandle(std::unique_ptr<Impl> impl);
 
  private:

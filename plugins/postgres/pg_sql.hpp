@@ -1,0 +1,270 @@
+// plugins/postgres/pg_sql.hpp: every SQL text of the postgres plugin, in one
+// place: the schema of each version, the migration between them and the
+// statements of get/save/del/list.
+//
+// Header-only and free of libpq so that the plugin's tests can EXPLAIN the very
+// statements the plugin prepares (tests/postgres/postgres_plugin_test.cpp
+// checks that every list shape is an index scan without a sort) and build a
+// genuine schema-version-1 table to migrate.
+//
+// The table name is a validated identifier ([a-z_][a-z0-9_]{0,47}, see
+// kMaxTableName); it is still double-quoted everywhere so that names which are
+// SQL keywords ("order", "user") work.
+#ifndef TOOLNEXUS_PG_SQL_HPP
+#define TOOLNEXUS_PG_SQL_HPP
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toolnexus::pg {
+
+/// Schema version this plugin writes; a table at a lower version is migrated
+/// at open, a higher one refused (TNX_EUNSUPPORTED).
+constexpr int kSchemaVersion = 2;
+
+/// Table recording the schema version of every task table of the database
+/// (one row per table), in the same schema as the task tables.
+constexpr const char *kMetaTable = "toolnexus_schema";
+
+/// Key of the transaction-scoped advisory lock that serialises schema creation
+/// and migration between processes (ASCII "tnx_sch"). Without it two replicas
+/// running CREATE TABLE IF NOT EXISTS at the same instant can still fail with
+/// a unique violation on pg_type.
+constexpr int64_t kSchemaLockKey = 0x746e785f736368;
+
+/// Longest table name accepted: index names append at most "_by_context"
+/// (11 bytes) and PostgreSQL truncates identifiers at 63 bytes.
+constexpr size_t kMaxTableName = 48;
+
+/// Filter bits of a list statement shape, in parameter order. Equal to the
+/// TNX_FILTER_* bits of task_store.h (checked by a static_assert in the
+/// plugin).
+enum ListFilter : uint32_t {
+  kByContext = 1u << 0,
+  kByState = 1u << 1,
+  kByOwner = 1u << 2,
+  kByTenant = 1u << 3,
+  kAfter = 1u << 4,
+  kBefore = 1u << 5,
+  kAllFilters = (1u << 6) - 1,
+};
+
+/// `name` as a double-quoted SQL identifier (doubling any '"').
+inline std::string quote_ident(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+/// The SQL of one task table. Parameter numbers are documented per statement;
+/// text parameters are `text`, times and versions `bigint`.
+class Sql {
+ public:
+  explicit Sql(std::string table) : table_(std::move(table)), t_(quote_ident(table_)) {}
+
+  const std::string &table() const { return table_; }
+
+  /// CREATE TABLE IF NOT EXISTS of the version table (idempotent).
+  static std::string create_meta() {
+    return std::string("CREATE TABLE IF NOT EXISTS ") + kMetaTable +
+           " (table_name text COLLATE \"C\" NOT NULL PRIMARY KEY,"
+           " version integer NOT NULL,"
+           " updated_at timestamptz NOT NULL DEFAULT now())";
+  }
+
+  /// Schema version 2 (current), created in an empty database. $-free.
+  ///   id, context_id, state, owner, tenant: text COLLATE "C" (bytewise order
+  ///     and equality, whatever the database's locale);
+  ///   status_time_us: bigint NOT NULL, INT64_MIN = no status timestamp (so
+  ///     it sorts last in the descending list order and keyset predicates are
+  ///     plain comparisons);
+  ///   task_json: text, exactly the saved bytes (not jsonb: jsonb reorders
+  ///     keys and drops duplicates);
+  ///   version: 1, 2, 3, ... per id;
+  ///   deleted: a deleted Task keeps its row (emptied, version kept) so that a
+  ///     re-created id continues its numbering: a version is never reused for
+  ///     an id, so a compare-and-set cannot succeed against a different
+  ///     incarnation of the Task (no ABA).
+  /// Every list index is partial (live rows only) and ends in the list order
+  /// (status_time_us DESC, id), so each filter is an index range scan that is
+  /// already sorted: no sort node, no OFFSET.
+  std::vector<std::string> create_v2() const {
+    std::vector<std::string> v;
+    v.push_back("CREATE TABLE " + t_ +
+                " (id text COLLATE \"C\" NOT NULL PRIMARY KEY,"
+                " context_id text COLLATE \"C\" NOT NULL,"
+                " state text COLLATE \"C\" NOT NULL,"
+                " status_time_us bigint NOT NULL,"
+                " owner text COLLATE \"C\" NOT NULL,"
+                " tenant text COLLATE \"C\" NOT NULL,"
+                " task_json text NOT NULL,"
+                " version bigint NOT NULL,"
+                " deleted boolean NOT NULL DEFAULT false)");
+    for (auto &s : v2_indexes()) v.push_back(std::move(s));
+    return v;
+  }
+
+  /// Schema version 1, as shipped by the first toolnexus release: no soft
+  /// delete, a NULL status_time_us for "no timestamp", filter columns in the
+  /// database's default collation and one index for the list order. Only
+  /// tests create it (to exercise the migration); the plugin never does.
+  std::vector<std::string> create_v1() const {
+    return {"CREATE TABLE " + t_ +
+                " (id text COLLATE \"C\" NOT NULL PRIMARY KEY,"
+                " context_id text NOT NULL DEFAULT '',"
+                " state text NOT NULL DEFAULT '',"
+                " status_time_us bigint,"
+                " owner text NOT NULL DEFAULT '',"
+                " tenant text NOT NULL DEFAULT '',"
+                " task_json text NOT NULL,"
+                " version bigint NOT NULL)",
+            "CREATE INDEX " + quote_ident(table_ + "_time") + " ON " + t_ +
+                " (status_time_us DESC NULLS LAST, id)"};
+  }
+
+  /// Migration 1 -> 2, run in the schema transaction (the version row is
+  /// updated by the caller): adds the soft-delete column, replaces NULL
+  /// times by the INT64_MIN sentinel and makes the column NOT NULL, moves the
+  /// filter columns to the "C" collation, and replaces the v1 index by the
+  /// v2 partial indexes.
+  std::vector<std::string> migrate_v1_to_v2() const {
+    std::vector<std::string> v = {
+        "ALTER TABLE " + t_ + " ADD COLUMN deleted boolean NOT NULL DEFAULT false",
+        "UPDATE " + t_ + " SET status_time_us = " + kTimeNone + " WHERE status_time_us IS NULL",
+        "ALTER TABLE " + t_ +
+            " ALTER COLUMN status_time_us SET NOT NULL,"
+            " ALTER COLUMN context_id DROP DEFAULT, ALTER COLUMN context_id TYPE text COLLATE \"C\","
+            " ALTER COLUMN state DROP DEFAULT, ALTER COLUMN state TYPE text COLLATE \"C\","
+            " ALTER COLUMN owner DROP DEFAULT, ALTER COLUMN owner TYPE text COLLATE \"C\","
+            " ALTER COLUMN tenant DROP DEFAULT, ALTER COLUMN tenant TYPE text COLLATE \"C\"",
+        "DROP INDEX IF EXISTS " + quote_ident(table_ + "_time"),
+    };
+    for (auto &s : v2_indexes()) v.push_back(std::move(s));
+    return v;
+  }
+
+  /// get: $1 id. One row (id, context_id, state, status_time_us, owner,
+  /// tenant, task_json, version) or none.
+  std::string get() const {
+    return "SELECT " + std::string(kColumns) + " FROM " + t_ + " WHERE id = $1 AND NOT deleted";
+  }
+
+  /// Unconditional save (TNX_VERSION_ANY): $1 id, $2 context_id, $3 state,
+  /// $4 status_time_us, $5 owner, $6 tenant, $7 task_json. Inserts version 1
+  /// or bumps the stored (possibly deleted) row's version. Returns the new
+  /// version.
+  std::string save_any() const { return upsert(false); }
+
+  /// Create-only save (TNX_VERSION_NONE): parameters as save_any. Returns the
+  /// new version, or no row when a live Task with that id exists (conflict).
+  /// A deleted row is revived with its version + 1.
+  std::string save_none() const { return upsert(true); }
+
+  /// Compare-and-set save: parameters as save_any plus $8 the expected
+  /// version. One row: (new version or NULL, stored version or NULL as of the
+  /// statement's snapshot, for the conflict message).
+  std::string save_cas() const {
+    return "WITH u AS (UPDATE " + t_ +
+           " SET context_id = $2, state = $3, status_time_us = $4, owner = $5, tenant = $6,"
+           " task_json = $7, version = version + 1"
+           " WHERE id = $1 AND version = $8 AND NOT deleted RETURNING version)"
+           " SELECT (SELECT version FROM u), (SELECT version FROM " +
+           t_ + " WHERE id = $1 AND NOT deleted)";
+  }
+
+  /// Unconditional delete: $1 id. Returns the deleted version, or no row when
+  /// there is no live Task (not found).
+  std::string del_any() const {
+    return "UPDATE " + t_ + " SET " + kEmptied + " WHERE id = $1 AND NOT deleted RETURNING version";
+  }
+
+  /// Compare-and-set delete: $1 id, $2 expected version. One row: (deleted
+  /// version or NULL, stored version or NULL).
+  std::string del_cas() const {
+    return "WITH d AS (UPDATE " + t_ + " SET " + kEmptied +
+           " WHERE id = $1 AND version = $2 AND NOT deleted RETURNING version)"
+           " SELECT (SELECT version FROM d), (SELECT version FROM " +
+           t_ + " WHERE id = $1 AND NOT deleted)";
+  }
+
+  /// One list page. `filters` (ListFilter bits) choose the predicates; their
+  /// parameters come first, in bit order (context_id, state, owner, tenant
+  /// text; after_us, before_us bigint), then with `cursor` the cursor's
+  /// status_time_us (bigint) and id (text), then the row limit (bigint).
+  /// Keyset pagination: "after the cursor" in the order (time DESC, id ASC)
+  /// is time < t OR (time = t AND id > i), written with a leading
+  /// time <= t so that the index range starts at the cursor.
+  std::string list(uint32_t filters, bool cursor, bool omit_json) const {
+    std::string s = "SELECT id, context_id, state, status_time_us, owner, tenant, ";
+    s += omit_json ? "''::text" : "task_json";
+    s += ", version FROM " + t_ + " WHERE NOT deleted";
+    int n = 0;
+    auto p = [&n] { return "$" + std::to_string(++n); };
+    if (filters & kByContext) s += " AND context_id = " + p();
+    if (filters & kByState) s += " AND state = " + p();
+    if (filters & kByOwner) s += " AND owner = " + p();
+    if (filters & kByTenant) s += " AND tenant = " + p();
+    if (filters & kAfter) s += " AND status_time_us > " + p();
+    if (filters & kBefore) s += " AND status_time_us < " + p();
+    if (cursor) {
+      std::string t = p(), i = p();
+      s += " AND status_time_us <= " + t + " AND (status_time_us < " + t + " OR id > " + i + ")";
+    }
+    s += " ORDER BY status_time_us DESC, id LIMIT " + p();
+    return s;
+  }
+
+  /// Number of parameters of list(filters, cursor, ...).
+  static int list_param_count(uint32_t filters, bool cursor) {
+    int n = 1;  // limit
+    for (uint32_t b = 1; b <= kBefore; b <<= 1)
+      if (filters & b) ++n;
+    return cursor ? n + 2 : n;
+  }
+
+ private:
+  static constexpr const char *kColumns =
+      "id, context_id, state, status_time_us, owner, tenant, task_json, version";
+  static constexpr const char *kTimeNone = "'-9223372036854775808'::bigint";
+  static constexpr const char *kEmptied =
+      "deleted = true, task_json = '', context_id = '', state = '', owner = '', tenant = '',"
+      " status_time_us = '-9223372036854775808'::bigint";
+
+  std::string upsert(bool only_if_deleted) const {
+    return "INSERT INTO " + t_ +
+           " AS x (id, context_id, state, status_time_us, owner, tenant, task_json, version)"
+           " VALUES ($1, $2, $3, $4, $5, $6, $7, 1) ON CONFLICT (id) DO UPDATE SET"
+           " context_id = EXCLUDED.context_id, state = EXCLUDED.state,"
+           " status_time_us = EXCLUDED.status_time_us, owner = EXCLUDED.owner,"
+           " tenant = EXCLUDED.tenant, task_json = EXCLUDED.task_json,"
+           " version = x.version + 1, deleted = false" +
+           std::string(only_if_deleted ? " WHERE x.deleted" : "") + " RETURNING version";
+  }
+
+  std::vector<std::string> v2_indexes() const {
+    std::vector<std::string> v;
+    auto index = [&](const char *suffix, const char *lead) {
+      v.push_back("CREATE INDEX " + quote_ident(table_ + suffix) + " ON " + t_ + " (" + lead +
+                  "status_time_us DESC, id) WHERE NOT deleted");
+    };
+    index("_by_time", "");
+    index("_by_context", "context_id, ");
+    index("_by_state", "state, ");
+    index("_by_owner", "owner, ");
+    index("_by_tenant", "tenant, ");
+    return v;
+  }
+
+  std::string table_;
+  std::string t_;  // quoted
+};
+
+}  // namespace toolnexus::pg
+
+#endif  // TOOLNEXUS_PG_SQL_HPP
