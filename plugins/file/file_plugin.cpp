@@ -149,12 +149,6 @@ constexpr size_t kMaxCursor = 1024;
 // Id bytes kept in a cursor for ids too long for the plain ListKey form.
 constexpr size_t kCursorIdPrefix = 460;
 
-// Smallest record and query a 1.0 host sends.
-constexpr uint32_t kMinRecordSize =
-    static_cast<uint32_t>(offsetof(tnx_task_record, version) + sizeof(uint64_t));
-constexpr uint32_t kMinQuerySize =
-    static_cast<uint32_t>(offsetof(tnx_list_query, deliver_corrupt) + sizeof(uint32_t));
-
 // A zeroed record with its header filled in.
 tnx_task_record empty_record() noexcept {
   tnx_task_record r{};
@@ -610,9 +604,6 @@ class FileStore final : public toolnexus::sdk::Store {
   }
 
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
-    if (rec.header.struct_size < kMinRecordSize)
-      throw Error(TNX_EINVAL, "save: record struct_size " + std::to_string(rec.header.struct_size) +
-                                  " is smaller than ABI 1.0's");
     const std::string id(view(rec.id));
     const std::string_view json = view(rec.task_json);
     validate(rec, id, json);
@@ -693,9 +684,6 @@ class FileStore final : public toolnexus::sdk::Store {
   }
 
   std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override {
-    if (q.header.struct_size < kMinQuerySize)
-      throw Error(TNX_EINVAL, "list: query struct_size " + std::to_string(q.header.struct_size) +
-                                  " is smaller than ABI 1.0's");
     const size_t limit = toolnexus::sdk::page_size(q);
     std::optional<Cursor> cursor;
     if (q.cursor.len != 0) cursor = decode_cursor(view(q.cursor));
@@ -1275,11 +1263,5 @@ const tnx_plugin_descriptor kDescriptor = {
 /// the top of this file), or NULL for a host of a different ABI major.
 extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(
     const tnx_host_info *host) {
-  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
-  static const tnx_plugin_descriptor d = [] {
-    tnx_plugin_descriptor x = kDescriptor;
-    x.vtable = toolnexus::sdk::store_vtable();
-    return x;
-  }();
-  return &d;
+  return toolnexus::sdk::entry<kDescriptor>(host);
 }

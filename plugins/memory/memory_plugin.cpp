@@ -159,11 +159,5 @@ const tnx_plugin_descriptor kDescriptor = {
 
 extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *TNX_MEMORY_ENTRY(
     const tnx_host_info *host) {
-  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
-  static const tnx_plugin_descriptor d = [] {
-    tnx_plugin_descriptor x = kDescriptor;
-    x.vtable = toolnexus::sdk::store_vtable();
-    return x;
-  }();
-  return &d;
+  return toolnexus::sdk::entry<kDescriptor>(host);
 }

@@ -182,25 +182,11 @@ constexpr Oid kTextOid = 25;
 constexpr int kMinServerVersion = 90500;
 /// Size of the ABI 1.0 tnx_task_record / tnx_list_query: a host may send a
 /// later, larger one, never a smaller one.
-constexpr size_t kRecordV10Size = offsetof(tnx_task_record, version) + sizeof(uint64_t);
-constexpr size_t kQueryV10Size = offsetof(tnx_list_query, omit_json) + 2 * sizeof(uint32_t);
-/// Longest piece of caller text (id, option value) quoted in a message.
-constexpr size_t kQuoteMax = 128;
 /// How much longer than the statement timeout the client waits for a reply
 /// before it declares the connection dead (the server's cancel must arrive).
 constexpr int kClientGraceMs = 2000;
 
-/// `s` cut to kQuoteMax bytes for a message, in single quotes.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  if (s.size() > kQuoteMax) {
-    out.append(s.substr(0, kQuoteMax)).append("...");
-  } else {
-    out.append(s);
-  }
-  out.push_back('\'');
-  return out;
-}
+using toolnexus::sdk::quote;
 
 // ===========================================================================
 // Secrets and messages
@@ -541,7 +527,6 @@ class PgStore final : public toolnexus::sdk::Store {
   }
 
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
-    if (rec.header.struct_size < kRecordV10Size) throw Error(TNX_EINVAL, "save: record struct too small");
     const std::string what = "save of task " + quote(view(rec.id));
     Params p;
     p.text(view(rec.id));
@@ -587,7 +572,6 @@ class PgStore final : public toolnexus::sdk::Store {
   }
 
   std::string list(const tnx_list_query &q, const RecordOut &out) override {
-    if (q.header.struct_size < kQueryV10Size) throw Error(TNX_EINVAL, "list: query struct too small");
     if ((q.filter_flags & ~pg::kAllFilters) != 0)
       throw Error(TNX_EUNSUPPORTED,
                   "list: unknown filter_flags bits " + std::to_string(q.filter_flags & ~pg::kAllFilters));
@@ -1127,11 +1111,5 @@ const tnx_plugin_descriptor kDescriptor = {
 }  // namespace
 
 extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(const tnx_host_info *host) {
-  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
-  static const tnx_plugin_descriptor d = [] {
-    tnx_plugin_descriptor x = kDescriptor;
-    x.vtable = toolnexus::sdk::store_vtable();
-    return x;
-  }();
-  return &d;
+  return toolnexus::sdk::entry<kDescriptor>(host);
 }

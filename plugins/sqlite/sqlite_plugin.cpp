@@ -156,25 +156,7 @@ constexpr int64_t kSchemaVersion = 2;
 constexpr int64_t kApplicationId = 0x544E5853;
 /// Oldest SQLite with everything used here (SQLITE_DBCONFIG_TRUSTED_SCHEMA: 3.31.0).
 constexpr int kMinSqlite = 3031000;
-/// Size of the ABI 1.0 tnx_task_record / tnx_list_query: a host may send a
-/// later, larger one, never a smaller one.
-constexpr size_t kRecordV10Size = offsetof(tnx_task_record, version) + sizeof(uint64_t);
-/// (1.1 renamed the last 1.0 field, reserved0, to deliver_corrupt: same size.)
-constexpr size_t kQueryV10Size = offsetof(tnx_list_query, omit_json) + 2 * sizeof(uint32_t);
-/// Longest piece of caller text (id, option value) quoted in a message.
-constexpr size_t kQuoteMax = 128;
-
-/// `s` cut to kQuoteMax bytes for a message (marked with "...").
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  if (s.size() > kQuoteMax) {
-    out.append(s.substr(0, kQuoteMax)).append("...");
-  } else {
-    out.append(s);
-  }
-  out.push_back('\'');
-  return out;
-}
+using toolnexus::sdk::quote;
 
 /// Thread-safe strerror().
 std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
@@ -290,7 +272,7 @@ Options parse_location(std::string_view location) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos)
       throw Error(TNX_EINVAL, "sqlite: option " + quote(item) + " has no value (expected " +
-                                  std::string(item.substr(0, kQuoteMax)) + "=<value>)");
+                                  std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
     while (index < 6 && name != kNames[index]) ++index;
@@ -1019,10 +1001,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
   }
 
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
-    if (rec.header.abi_major != TNX_ABI_MAJOR || rec.header.struct_size < kRecordV10Size)
-      throw Error(TNX_EINVAL, "sqlite: save: record header has ABI " +
-                                  std::to_string(rec.header.abi_major) + " / size " +
-                                  std::to_string(rec.header.struct_size) + ", expected ABI 1");
     WriteReq r;
     r.rec = &rec;
     r.id = view(rec.id);
@@ -1046,10 +1024,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
   }
 
   std::string list(const tnx_list_query &q, const RecordOut &out) override {
-    if (q.header.abi_major != TNX_ABI_MAJOR || q.header.struct_size < kQueryV10Size)
-      throw Error(TNX_EINVAL, "sqlite: list: query header has ABI " +
-                                  std::to_string(q.header.abi_major) + " / size " +
-                                  std::to_string(q.header.struct_size) + ", expected ABI 1");
     if ((q.filter_flags & ~kKnownFilters) != 0)
       throw Error(TNX_EUNSUPPORTED, "sqlite: list: unknown filter bits 0x" + [&] {
         char buf[16];
@@ -1492,11 +1466,5 @@ const tnx_plugin_descriptor kDescriptor = {
 
 extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *toolnexus_plugin_entry(
     const tnx_host_info *host) {
-  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
-  static const tnx_plugin_descriptor d = [] {
-    tnx_plugin_descriptor x = kDescriptor;
-    x.vtable = toolnexus::sdk::store_vtable();
-    return x;
-  }();
-  return &d;
+  return toolnexus::sdk::entry<kDescriptor>(host);
 }

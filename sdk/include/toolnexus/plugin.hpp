@@ -31,6 +31,22 @@ inline std::string_view view(tnx_str s) noexcept {
 /// Makes a tnx_str borrowing `s` (which must outlive the tnx_str's use).
 inline tnx_str str(std::string_view s) noexcept { return tnx_str{s.data(), s.size()}; }
 
+/// Smallest tnx_task_record a host may pass (ABI 1.0's, up to `version`).
+inline constexpr size_t kRecordV10Size = offsetof(tnx_task_record, version) + sizeof(uint64_t);
+/// Smallest tnx_list_query a host may pass (ABI 1.0's: up to the field that
+/// 1.0 called reserved0 and 1.1 deliver_corrupt).
+inline constexpr size_t kQueryV10Size = offsetof(tnx_list_query, omit_json) + 2 * sizeof(uint32_t);
+
+/// Caller text (an id, an option value) for a message: in single quotes, cut
+/// to `max` bytes with "..." so a hostile input cannot flood a log.
+inline std::string quote(std::string_view s, size_t max = 128) {
+  std::string out = "'";
+  if (s.size() > max) out.append(s.substr(0, max)).append("...");
+  else out.append(s);
+  out.push_back('\'');
+  return out;
+}
+
 /// The exception a Store method throws to return a status other than TNX_OK.
 /// `message` reaches the host's error buffer (truncated to fit).
 struct Error : std::exception {
@@ -120,7 +136,9 @@ inline const tnx_store_vtable *store_vtable() noexcept {
       [](tnx_store *s, const tnx_task_record *rec, uint64_t expected, uint64_t *out,
          char *err, uint32_t cap) noexcept -> tnx_status {
         return detail::guarded(err, cap, [&] {
-          if (rec == nullptr || rec->id.len == 0) throw Error(TNX_EINVAL, "save: empty task id");
+          if (rec == nullptr || rec->header.abi_major != TNX_ABI_MAJOR || rec->header.struct_size < kRecordV10Size)
+            throw Error(TNX_EINVAL, "save: record missing, of another ABI major, or smaller than ABI 1.0's");
+          if (rec->id.len == 0) throw Error(TNX_EINVAL, "save: empty task id");
           for (tnx_str f : {rec->id, rec->context_id, rec->state, rec->owner, rec->tenant, rec->task_json})
             detail::check_str(f, "save: a record field");
           if (rec->task_json.len == 0) throw Error(TNX_EINVAL, "save: empty task_json");
@@ -142,7 +160,9 @@ inline const tnx_store_vtable *store_vtable() noexcept {
       [](tnx_store *s, const tnx_list_query *q, tnx_record_sink rs, tnx_cursor_sink cs,
          void *ctx, char *err, uint32_t cap) noexcept -> tnx_status {
         return detail::guarded(err, cap, [&] {
-          if (q == nullptr || q->page_size == 0) throw Error(TNX_EINVAL, "list: page_size is 0");
+          if (q == nullptr || q->header.abi_major != TNX_ABI_MAJOR || q->header.struct_size < kQueryV10Size)
+            throw Error(TNX_EINVAL, "list: query missing, of another ABI major, or smaller than ABI 1.0's");
+          if (q->page_size == 0) throw Error(TNX_EINVAL, "list: page_size is 0");
           if ((q->filter_flags & ~TNX_FILTER_ALL) != 0)
             throw Error(TNX_EUNSUPPORTED, "list: unknown filter_flags bits " + std::to_string(q->filter_flags & ~TNX_FILTER_ALL));
           for (tnx_str f : {q->context_id, q->state, q->owner, q->tenant, q->cursor}) detail::check_str(f, "list: a query field");
@@ -176,6 +196,22 @@ tnx_status open_trampoline(const tnx_open_args *args, tnx_store **out, char *err
     *out = reinterpret_cast<tnx_store *>(Open(*args));
     return TNX_OK;
   });
+}
+
+/// The body of a C++ plugin's entry function: refuses a host of another ABI
+/// major (NULL), else returns a static copy of `D` whose vtable is
+/// store_vtable(). Use:
+///   extern "C" TNX_PLUGIN_EXPORT const tnx_plugin_descriptor *
+///   toolnexus_plugin_entry(const tnx_host_info *host) { return sdk::entry<kDescriptor>(host); }
+template <const tnx_plugin_descriptor &D>
+const tnx_plugin_descriptor *entry(const tnx_host_info *host) noexcept {
+  if (host == nullptr || host->header.abi_major != TNX_ABI_MAJOR) return nullptr;
+  static const tnx_plugin_descriptor d = [] {
+    tnx_plugin_descriptor x = D;
+    x.vtable = store_vtable();
+    return x;
+  }();
+  return &d;
 }
 
 // ---------------------------------------------------------------------------
