@@ -6,9 +6,13 @@
 // connection), then prints requests/s and p50/p99 latency per method.
 //
 // Without --url it starts a server in-process (memory store, echo agent) on
-// a free loopback port; with --url it targets a running server.
+// a free loopback port; with --url it targets a running server. --url may be
+// repeated (or given a comma-separated list) to load several replicas sharing
+// one store: connection i goes to URL i mod N, the Tasks GetTask reads are
+// created round-robin over the URLs (so most reads cross replicas), and the
+// pending check after SendMessage asks the first URL.
 //
-//   server_load [--url http://127.0.0.1:8080/] [--connections 64]
+//   server_load [--url http://127.0.0.1:8080/ [--url ...]] [--connections 64]
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
 #include <arpa/inet.h>
@@ -143,6 +147,7 @@ std::string get_body(uint64_t n, const std::string &id) {
 
 struct Conn {
   int fd = -1;
+  const Target *target = nullptr;
   std::string out;
   size_t sent = 0;
   std::string in;
@@ -159,8 +164,9 @@ struct ThreadResult {
 
 // One client thread: `conns` connections, one request in flight each, until
 // `stop`. Requests completed after `measure` turned true are counted.
-void client_thread(const Target &t, int conns, bool send_message, const std::vector<std::string> *ids,
-                   uint64_t seed, std::atomic<bool> &measure, std::atomic<bool> &stop, ThreadResult &res) {
+void client_thread(const std::vector<Target> &targets, int first_conn, int conns, bool send_message,
+                   const std::vector<std::string> *ids, uint64_t seed, std::atomic<bool> &measure,
+                   std::atomic<bool> &stop, ThreadResult &res) {
   const int ep = ::epoll_create1(0);
   std::vector<Conn> cs(static_cast<size_t>(conns));
   uint64_t counter = seed;
@@ -168,7 +174,7 @@ void client_thread(const Target &t, int conns, bool send_message, const std::vec
     ++counter;
     const std::string body =
         send_message ? send_body(counter) : get_body(counter, (*ids)[counter % ids->size()]);
-    c.out = http_post(t, body);
+    c.out = http_post(*c.target, body);
     c.sent = 0;
     c.in.clear();
     c.started = Clock::now();
@@ -183,7 +189,8 @@ void client_thread(const Target &t, int conns, bool send_message, const std::vec
   };
   for (size_t i = 0; i < cs.size(); ++i) {
     Conn &c = cs[i];
-    c.fd = connect_to(t);
+    c.target = &targets[(static_cast<size_t>(first_conn) + i) % targets.size()];
+    c.fd = connect_to(*c.target);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = i;
@@ -205,7 +212,7 @@ void client_thread(const Target &t, int conns, bool send_message, const std::vec
         if (res.first_error.empty()) res.first_error = "connection closed by the server";
         ::epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
         ::close(c.fd);
-        c.fd = connect_to(t);
+        c.fd = connect_to(*c.target);
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.u64 = static_cast<uint64_t>(&c - cs.data());
@@ -249,17 +256,19 @@ struct Report {
   uint64_t errors = 0;
 };
 
-Report run_phase(const Target &t, int connections, int threads, bool send_message,
+Report run_phase(const std::vector<Target> &t, int connections, int threads, bool send_message,
                  const std::vector<std::string> *ids, double warmup_s, double seconds) {
   std::atomic<bool> measure{false};
   std::atomic<bool> stop{false};
   std::vector<ThreadResult> results(static_cast<size_t>(threads));
   std::vector<std::thread> ts;
+  int first_conn = 0;
   for (int i = 0; i < threads; ++i) {
     const int n = connections / threads + (i < connections % threads ? 1 : 0);
-    ts.emplace_back(client_thread, std::cref(t), n, send_message, ids,
+    ts.emplace_back(client_thread, std::cref(t), first_conn, n, send_message, ids,
                     static_cast<uint64_t>(i) << 40, std::ref(measure), std::ref(stop),
                     std::ref(results[static_cast<size_t>(i)]));
+    first_conn += n;
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
   const auto start = Clock::now();
@@ -296,7 +305,7 @@ void print(const char *name, const Report &r, int connections) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::string url;
+  std::vector<std::string> urls;
   int connections = 64;
   int threads = 2;
   double seconds = 5;
@@ -313,7 +322,14 @@ int main(int argc, char **argv) {
       }
       return argv[++i];
     };
-    if (a == "--url") url = value();
+    if (a == "--url") {
+      const std::string v = value();
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        if (e > b) urls.push_back(v.substr(b, e - b));
+        b = e + 1;
+      }
+    }
     else if (a == "--connections") connections = std::atoi(value().c_str());
     else if (a == "--threads") threads = std::atoi(value().c_str());
     else if (a == "--seconds") seconds = std::atof(value().c_str());
@@ -323,7 +339,7 @@ int main(int argc, char **argv) {
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
     else {
       std::fprintf(stderr,
-                   "usage: server_load [--url http://HOST:PORT/] [--connections 64] [--threads 2]\n"
+                   "usage: server_load [--url http://HOST:PORT/[,...]]... [--connections 64] [--threads 2]\n"
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
                    "                   [--server-threads N] [--workers N]\n");
       return a == "--help" ? 0 : 2;
@@ -336,7 +352,7 @@ int main(int argc, char **argv) {
   try {
 #ifndef BENCH_NO_SERVER
     std::unique_ptr<toolnexus::ServerHandle> server;
-    if (url.empty()) {
+    if (urls.empty()) {
       toolnexus::ServerOptions opts;
       opts.listen = "127.0.0.1:0";
       opts.store = "memory";
@@ -345,24 +361,32 @@ int main(int argc, char **argv) {
       if (workers != 0) opts.workers = workers;
       opts.log_level = toolnexus::LogLevel::warn;
       server = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(std::move(opts)));
-      url = server->url();
-      std::printf("in-process server at %s (memory store, echo agent)\n", url.c_str());
+      urls.push_back(server->url());
+      std::printf("in-process server at %s (memory store, echo agent)\n", urls[0].c_str());
     }
 #else
     (void)server_threads;
     (void)workers;
-    if (url.empty()) url = "http://127.0.0.1:18080/";
+    if (urls.empty()) urls.push_back("http://127.0.0.1:18080/");
 #endif
-    const Target t = parse_url(url);
+    std::vector<Target> targets;
+    for (const std::string &u : urls) targets.push_back(parse_url(u));
+    const Target &t = targets[0];
     std::printf("%d keep-alive connections over %d client threads, %.1f s per method (+%.1f s warm-up)\n",
                 connections, threads, seconds, warmup);
+    if (targets.size() > 1) {
+      std::printf("%zu servers, connections round-robin:", targets.size());
+      for (const std::string &u : urls) std::printf(" %s", u.c_str());
+      std::printf("\n");
+    }
     if (method == "all" || method == "get") {
       std::vector<std::string> ids;
-      for (uint64_t i = 0; i < 256; ++i) ids.push_back(task_id_of(simple_post(t, send_body(i))));
-      print("GetTask", run_phase(t, connections, threads, false, &ids, warmup, seconds), connections);
+      for (uint64_t i = 0; i < 256; ++i)
+        ids.push_back(task_id_of(simple_post(targets[i % targets.size()], send_body(i))));
+      print("GetTask", run_phase(targets, connections, threads, false, &ids, warmup, seconds), connections);
     }
     if (method == "all" || method == "send") {
-      print("SendMessage", run_phase(t, connections, threads, true, nullptr, warmup, seconds), connections);
+      print("SendMessage", run_phase(targets, connections, threads, true, nullptr, warmup, seconds), connections);
       // The worker pool must keep up: time until no Task is submitted/working.
       const auto start = Clock::now();
       auto pending = [&] {

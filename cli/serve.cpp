@@ -52,6 +52,8 @@ options (flags override the config file):
   --lease-ms MS            lease of a running Task (default 30000)
   --lease-renew-ms MS      lease renewal interval (default 10000)
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
+  --cancel-poll-ms MS      re-read running Tasks this often to notice a cancel
+                           made by another server (default: the renew interval)
   --log-level LEVEL        error, warn, info (default) or debug (one line per
                            request)
   --help                   this text
@@ -216,13 +218,15 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       o.limits.blocking_timeout_ms = to_int(*v);
   }
   if (const rapidjson::Value *l = member(root, "lease")) {
-    warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms"});
+    warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms", "cancel_poll_ms"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
     if (auto v = config_int(c, *l, "lease_ms", "lease.lease_ms", 1, kMaxMs)) o.lease.lease_ms = to_int(*v);
     if (auto v = config_int(c, *l, "renew_interval_ms", "lease.renew_interval_ms", 1, kMaxMs))
       o.lease.renew_interval_ms = to_int(*v);
     if (auto v = config_int(c, *l, "settle_interval_ms", "lease.settle_interval_ms", 1, kMaxMs))
       o.lease.settle_interval_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "cancel_poll_ms", "lease.cancel_poll_ms", 0, kMaxMs))
+      o.lease.cancel_poll_ms = to_int(*v);
   }
 }
 
@@ -287,6 +291,7 @@ int run_serve(int argc, char **argv) {
       else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--cancel-poll-ms") o.lease.cancel_poll_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else throw UsageError("unknown option '" + a + "'");
     }
   } catch (const std::exception &e) {

@@ -92,6 +92,10 @@ ServerHandle serve(ServerOptions o) {
     throw std::invalid_argument("limits.max_queued_tasks must be positive and limits.queue_wait_ms not negative");
   if (o.lease.lease_ms <= 0 || o.lease.renew_interval_ms <= 0 || o.lease.settle_interval_ms <= 0)
     throw std::invalid_argument("lease times must be positive");
+  if (o.lease.cancel_poll_ms < 0 || o.lease.cancel_poll_ms > o.lease.renew_interval_ms)
+    throw std::invalid_argument("lease.cancel_poll_ms (" + std::to_string(o.lease.cancel_poll_ms) +
+                                ") must be between 0 (= renew_interval_ms) and lease.renew_interval_ms (" +
+                                std::to_string(o.lease.renew_interval_ms) + ")");
   if (int64_t{o.lease.renew_interval_ms} * 2 > o.lease.lease_ms)
     throw std::invalid_argument("lease.renew_interval_ms (" + std::to_string(o.lease.renew_interval_ms) +
                                 ") must be at most half of lease.lease_ms (" + std::to_string(o.lease.lease_ms) +
@@ -129,6 +133,7 @@ ServerHandle serve(ServerOptions o) {
   lo.lease_ms = o.lease.lease_ms;
   lo.renew_interval_ms = o.lease.renew_interval_ms;
   lo.settle_interval_ms = o.lease.settle_interval_ms;
+  lo.cancel_poll_ms = o.lease.cancel_poll_ms == 0 ? o.lease.renew_interval_ms : o.lease.cancel_poll_ms;
   lo.drain_timeout_ms = o.drain_timeout_ms;
   lo.instance_id = o.instance_id;
   impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log);

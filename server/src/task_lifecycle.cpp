@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace toolnexus::server_detail {
@@ -554,11 +555,40 @@ void TaskLifecycle::fail_unstarted(WorkItem &item, const char *why) {
 void TaskLifecycle::renew_due() {
   const int64_t now = now_us();
   const int64_t due_before = now - int64_t{options_.renew_interval_ms} * 1000;
-  std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due;
+  const int64_t check_before = now - int64_t{options_.cancel_poll_ms} * 1000;
+  std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due, check;
   {
     std::lock_guard<std::mutex> lock(active_mu_);
-    for (const auto &kv : active_)
+    for (const auto &kv : active_) {
       if (kv.second->lease_written_us.load() <= due_before) due.emplace_back(kv.first, kv.second);
+      else if (!kv.second->cancel.load() &&
+               std::max(kv.second->lease_written_us.load(), kv.second->checked_us.load()) <= check_before)
+        check.emplace_back(kv.first, kv.second);
+    }
+  }
+  // Read-only poll: has another server canceled (or settled, or taken over)
+  // a Task running here?
+  for (auto &[id, active] : check) {
+    try {
+      const int64_t t = now_us();
+      std::optional<TaskRecord> rec = store_->get(id);
+      active->checked_us = t;
+      bool gone = !rec;
+      if (rec) {
+        const Task task = rec->task();
+        const std::string_view state = task.state();
+        gone = ts::is_terminal(state) ||
+               ((state == ts::kWorking || state == ts::kSubmitted) &&
+                read_lease(task).instance != options_.instance_id);
+      }
+      if (gone) {
+        if (log_.enabled(LogLevel::debug))
+          log_.debug("Task '" + id + "' was canceled, settled or taken over elsewhere; stopping it here");
+        active->cancel = true;
+      }
+    } catch (const std::exception &e) {
+      log_.warn("Task '" + id + "': could not check whether it was canceled: " + e.what());
+    }
   }
   for (auto &[id, active] : due) {
     try {
@@ -571,6 +601,7 @@ void TaskLifecycle::renew_due() {
         set_lease(s.task, t + int64_t{options_.lease_ms} * 1000);
         return Verdict::save;
       });
+      active->checked_us = now_us();
       if (r.found && r.verdict == Verdict::save) {
         active->lease_written_us = t;
       } else if (!r.found || (r.verdict == Verdict::stop && !ts::is_interrupted(r.snap.task.state()))) {
@@ -654,7 +685,8 @@ std::size_t TaskLifecycle::settle_expired() {
 }
 
 void TaskLifecycle::renewer_loop() {
-  const auto tick = std::chrono::milliseconds(std::max(5, options_.renew_interval_ms / 4));
+  const int poll = std::min(options_.renew_interval_ms, std::max(1, options_.cancel_poll_ms));
+  const auto tick = std::chrono::milliseconds(std::max(5, poll / 4));
   std::unique_lock<std::mutex> lock(maint_mu_);
   while (!stop_maintenance_) {
     maint_cv_.wait_for(lock, tick, [this] { return stop_maintenance_; });

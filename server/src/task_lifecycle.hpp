@@ -11,7 +11,9 @@
 // server sweeps the store (at start and every settle_interval_ms) for Tasks
 // in submitted/working whose lease expired and fails them with a status
 // message saying the server that ran them stopped. A live server renews well
-// before expiry, so its Tasks are never settled by another.
+// before expiry, so its Tasks are never settled by another. The renewer also
+// re-reads every running Task at least every cancel_poll_ms: a cancel made
+// by another server stops the executor here within that bound.
 //
 // Pending requests: when an executor parks a Task in input-required, the
 // prompt and its request data are saved in metadata["toolnexus/pending"];
@@ -74,6 +76,9 @@ struct LifecycleOptions {
   int lease_ms = 30000;
   int renew_interval_ms = 10000;
   int settle_interval_ms = 10000;
+  /// How often a Task running here is re-read to notice a cancel made by
+  /// another server (at most renew_interval_ms; see renew_due()).
+  int cancel_poll_ms = 10000;
   int drain_timeout_ms = 10000;
   /// Unique among servers sharing the store.
   std::string instance_id;
@@ -143,7 +148,12 @@ class TaskLifecycle {
   /// (and that is not running here). Returns how many were settled.
   std::size_t settle_expired();
 
-  /// Renews the leases of this instance's Tasks that are due.
+  /// Renews the leases of this instance's Tasks that are due, and re-reads
+  /// the other running Tasks not checked for cancel_poll_ms. A Task found
+  /// canceled, terminal, removed or leased by another instance gets its
+  /// cancel_requested set (the executor should stop; its result is dropped
+  /// by the compare-and-set save anyway). The renewer runs this every
+  /// max(5, min(renew_interval_ms, cancel_poll_ms) / 4) ms.
   void renew_due();
 
   /// This instance's lease id.
@@ -157,6 +167,8 @@ class TaskLifecycle {
   struct ActiveTask {
     std::atomic<bool> cancel{false};
     std::atomic<int64_t> lease_written_us{0};
+    /// When the stored Task was last read by the renewer (0 = never).
+    std::atomic<int64_t> checked_us{0};
   };
   struct WorkItem {
     std::string id;

@@ -118,6 +118,16 @@ struct LeaseOptions {
   int renew_interval_ms = 10000;
   /// How often this server looks for expired leases (also once at start).
   int settle_interval_ms = 10000;
+  /// How often each Task running here is re-read from the store to notice a
+  /// cancel made by another server sharing the store (0 = renew_interval_ms;
+  /// a renewal re-reads the Task too). When the Task is found canceled (or
+  /// otherwise terminal, settled, removed or leased by another instance), the
+  /// executor's ExecutionContext::cancel_requested becomes true and its result
+  /// is discarded. Bound: a cancel on another server is seen here within
+  /// cancel_poll_ms + max(5, min(cancel_poll_ms, renew_interval_ms) / 4) ms
+  /// (plus one store read), after which the executor stops as soon as it next
+  /// polls cancel_requested. Must not exceed renew_interval_ms.
+  int cancel_poll_ms = 0;
 };
 
 /// Receives every log line the server writes (level, text without newline).
