@@ -133,9 +133,11 @@ void warn_unknown(const Config &c, const rapidjson::Value &obj, const std::strin
     const std::string key(it->name.GetString(), it->name.GetStringLength());
     bool ok = false;
     for (const char *k : known) ok = ok || key == k;
+    // A typo must not silently fall back to a default (e.g. "store" at the
+    // top level instead of "a2a.store" would serve from memory and lose
+    // every Task at exit): an unknown key stops the start.
     if (!ok)
-      std::fprintf(stderr, "toolnexus serve: warning: %s: unknown key %s%s ignored\n", c.file.c_str(),
-                   path.c_str(), key.c_str());
+      throw UsageError(c.file + ": unknown key " + path + key + " (see toolnexus serve --help for the keys)");
   }
 }
 

@@ -141,12 +141,18 @@ int cmd_list(const Options &o) {
   ListQuery q;
   q.page_size = 500;
   if (auto v = o.value("--context-id")) q.context_id = *v;
-  if (auto v = o.value("--state")) q.state = *v;
+  if (auto v = o.value("--state")) {
+    if (!task_state::is_known(*v))
+      return usage_error("--state '" + *v + "' is not a TaskState (submitted, working, input-required, auth-required, "
+                         "completed, canceled, failed, rejected, unknown)");
+    q.state = *v;
+  }
   if (auto v = o.value("--owner")) q.owner = *v;
   uint64_t limit = UINT64_MAX;
   if (auto v = o.value("--limit")) {
     try {
       size_t used = 0;
+      if (v->empty() || (*v)[0] < '0' || (*v)[0] > '9') throw std::invalid_argument("not a number");
       limit = std::stoull(*v, &used);
       if (used != v->size()) throw std::invalid_argument("junk");
     } catch (const std::exception &) {
@@ -207,16 +213,18 @@ int cmd_copy(const Options &o) {
   uint64_t copied = 0, failed = 0, seen = 0;
   for_each_record(*from, q, [&](const TaskRecord &r) {
     ++seen;
-    Task t;
-    try {
-      t = Task::parse(r.json);
-    } catch (const InvalidTask &e) {
+    // A record that is not sound (unparsable, or JSON of another id) is
+    // reported, never copied: copying it would overwrite the real Task.
+    const std::string why = unsound(r);
+    if (!why.empty()) {
       ++failed;
       if (::isatty(2)) std::fprintf(stderr, "\n");
-      std::cerr << "toolnexus store copy: cannot read record '" << r.id << "': " << e.what() << "\n";
+      std::cerr << "toolnexus store copy: cannot copy record '" << r.id << "' of " << o.positional[1] << ": " << why
+                << "\n";
       progress.step(seen);
       return;
     }
+    Task t = Task::parse(r.json);
     SaveOptions so;
     so.owner = r.owner;
     so.tenant = r.tenant;

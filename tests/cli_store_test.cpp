@@ -138,6 +138,10 @@ TEST_CASE("store put, get, list, rm and their exit codes") {
   r = run({"store", "list", sel, "--json", "--limit", "2"});
   CHECK(r.out == task_json("t3", "c1", "input-required", 30) + "\n" + task_json("t2", "c2", "completed", 20) + "\n");
   CHECK(run({"store", "list", sel, "--limit", "x"}).code == 2);
+  CHECK(run({"store", "list", sel, "--limit", "-1"}).code == 2);
+  r = run({"store", "list", sel, "--state", "bogus"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("'bogus' is not a TaskState") != std::string::npos);
 
   CHECK(run({"store", "rm", sel, "t1"}).code == 0);
   CHECK(run({"store", "get", sel, "t1"}).code == 1);
@@ -176,12 +180,18 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   CHECK(r.code == 2);
   CHECK(r.err.find("broken.json") != std::string::npos);
 
+  // A file whose JSON is another Task's (a stray copy) is reported and never
+  // copied over the real one.
+  spit(dir / "zzz.json", task_json("good", "c", "submitted", 0));
   fs::path dest = temp_dir();
   r = run({"store", "copy", sel, "sqlite:" + (dest / "t.db").string()});
   CHECK(r.code == 1);
-  CHECK(r.err.find("cannot read record 'broken'") != std::string::npos);
-  CHECK(r.out == "copied 1 Task(s), 1 unreadable\n");
-  CHECK(run({"store", "get", "sqlite:" + (dest / "t.db").string(), "good"}).code == 0);
+  CHECK(r.err.find("cannot copy record 'broken'") != std::string::npos);
+  CHECK(r.out == "copied 1 Task(s), 2 unreadable\n");
+  CHECK(r.err.find("cannot copy record 'zzz'") != std::string::npos);
+  r = run({"store", "get", "sqlite:" + (dest / "t.db").string(), "good"});
+  CHECK(r.code == 0);
+  CHECK(r.out == task_json("good", "c", "completed", 1) + "\n");
   fs::remove_all(dir);
   fs::remove_all(dest);
 }

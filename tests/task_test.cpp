@@ -43,6 +43,8 @@ TEST_CASE("invalid Tasks are refused with the reason") {
   CHECK(why(R"({"id":"a","contextId":1})") == "task \"contextId\" must be a string");
   CHECK(why(R"({"id":"a","status":"done"})") == "task \"status\" must be an object");
   CHECK(why(R"({"id":"a","status":{"state":3}})") == "task \"status.state\" must be a string");
+  CHECK(why(R"({"id":"a","status":{"state":"bogus"}})").find("'bogus' is not a TaskState") != std::string::npos);
+  CHECK(why(R"({"id":"a","status":{"state":"TASK_STATE_WORKING"}})").find("is not a TaskState") != std::string::npos);
   CHECK(why(R"({"id":"a","status":{"timestamp":"yesterday"}})").find("RFC 3339") != std::string::npos);
   CHECK(why(R"({"id":"a"} x)").find("not valid JSON") != std::string::npos);
   CHECK(why("{\"id\":\"\xff\"}").find("not valid JSON") != std::string::npos);
@@ -137,6 +139,19 @@ TEST_CASE("task states") {
   CHECK_FALSE(task_state::is_interrupted("working"));
   CHECK(task_state::is_known("rejected"));
   CHECK_FALSE(task_state::is_known("TASK_STATE_WORKING"));
+}
+
+TEST_CASE("a record holding another Task's JSON is corrupt, never served as this one") {
+  TaskRecord r;
+  r.id = "idmis";
+  r.json = R"({"id":"zzz"})";
+  try {
+    r.task();
+    FAIL("no throw");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::corrupt);
+    CHECK(std::string(e.what()) == "stored task 'idmis' holds the JSON of task 'zzz'");
+  }
 }
 
 TEST_CASE("a corrupt stored record is reported as corrupt, naming the id") {

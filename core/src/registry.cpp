@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -243,7 +244,17 @@ struct PluginRegistry::Impl {
     boost::dll::shared_library lib;
     boost::dll::fs::error_code lec;
     lib.load(canon, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, lec);
-    if (lec || !lib.is_loaded()) return refuse("not a loadable shared library: " + lec.message());
+    if (lec || !lib.is_loaded()) {
+      // Boost's error code says little ("Bad file descriptor"); dlerror()
+      // says why (not an ELF file, a missing dependency, ...).
+      std::string reason = lec.message();
+      if (void *h = ::dlopen(canon.c_str(), RTLD_NOW | RTLD_LOCAL); h != nullptr) {
+        ::dlclose(h);
+      } else if (const char *e = ::dlerror(); e != nullptr) {
+        reason = e;
+      }
+      return refuse("not a loadable shared library: " + reason);
+    }
     if (!lib.has(TNX_PLUGIN_ENTRY_NAME))
       return refuse(std::string("not a toolnexus plugin: no exported function '") + TNX_PLUGIN_ENTRY_NAME + "'");
     auto entry = lib.get<const tnx_plugin_descriptor *(const tnx_host_info *)>(TNX_PLUGIN_ENTRY_NAME);

@@ -129,6 +129,11 @@ void Task::validate() const {
     auto state = st->value.FindMember("state");
     if (state != st->value.MemberEnd() && !state->value.IsString())
       throw InvalidTask("task \"status.state\" must be a string");
+    if (state != st->value.MemberEnd() &&
+        !task_state::is_known(std::string_view(state->value.GetString(), state->value.GetStringLength())))
+      throw InvalidTask("task \"status.state\" '" + std::string(state->value.GetString(), state->value.GetStringLength()) +
+                        "' is not a TaskState (submitted, working, input-required, auth-required, completed, "
+                        "canceled, failed, rejected, unknown)");
     auto ts = st->value.FindMember("timestamp");
     if (ts != st->value.MemberEnd()) {
       int64_t us = 0;
@@ -187,11 +192,16 @@ void Task::set_status(std::string_view state, rapidjson::Value message, int64_t 
 }
 
 Task TaskRecord::task() const {
+  Task t;
   try {
-    return Task::parse(json);
+    t = Task::parse(json);
   } catch (const InvalidTask &e) {
     throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + e.what());
   }
+  // A record whose JSON names another Task must never be served as this one.
+  if (t.id() != id)
+    throw StoreError(Status::corrupt, "stored task '" + id + "' holds the JSON of task '" + std::string(t.id()) + "'");
+  return t;
 }
 
 int64_t now_us() noexcept {

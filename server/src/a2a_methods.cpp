@@ -195,18 +195,61 @@ void write_task(ResponseWriter &out, const rapidjson::Value *id, Task &task, int
   out.end_result();
 }
 
-// True when `json` is one well-formed, UTF-8-valid JSON object (checked
-// without building a DOM and without recursion).
-bool is_json_object(const std::string &json) {
+// Records the top-level "id" string of the object it reads.
+struct TopLevelId : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TopLevelId> {
+  int depth = 0;
+  bool next_is_id = false;
+  bool seen = false;
+  std::string id;
+  bool Default() {
+    next_is_id = false;
+    return true;
+  }
+  bool String(const char *s, rapidjson::SizeType n, bool) {
+    if (next_is_id && !seen) {
+      id.assign(s, n);
+      seen = true;
+    }
+    next_is_id = false;
+    return true;
+  }
+  bool Key(const char *s, rapidjson::SizeType n, bool) {
+    next_is_id = depth == 1 && std::string_view(s, n) == "id";
+    return true;
+  }
+  bool StartObject() {
+    ++depth;
+    next_is_id = false;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool StartArray() {
+    ++depth;
+    next_is_id = false;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+};
+
+// True when `json` is one well-formed, UTF-8-valid JSON object whose "id" is
+// `id` (checked without building a DOM and without recursion): stored bytes
+// that belong to another Task are never served as this one.
+bool is_task_json_of(const std::string &json, std::string_view id) {
   std::size_t i = 0;
   while (i < json.size() && (json[i] == ' ' || json[i] == '\n' || json[i] == '\r' || json[i] == '\t')) ++i;
   if (i == json.size() || json[i] != '{') return false;
   rapidjson::StringStream ss(json.c_str());
-  rapidjson::BaseReaderHandler<> handler;
+  TopLevelId handler;
   rapidjson::Reader reader;
   const auto ok =
       reader.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(ss, handler);
-  return !ok.IsError() && ss.Tell() == json.size();
+  return !ok.IsError() && ss.Tell() == json.size() && handler.seen && handler.id == id;
 }
 
 std::optional<std::string> parse_state_filter(std::string_view s) {
@@ -351,8 +394,8 @@ void A2AMethods::get_task(const rapidjson::Value *id, const rapidjson::Value *pa
     throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
   if (!history_length) {
     // The stored bytes are the answer: spliced in without a DOM.
-    if (!is_json_object(rec->json))
-      throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object");
+    if (!is_task_json_of(rec->json, rec->id))
+      throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
     auto &w = out.begin_result(id);
     w.RawValue(rec->json.data(), rec->json.size(), rapidjson::kObjectType);
     out.end_result();

@@ -73,7 +73,7 @@ class Task {
 
   /// Checks the rules a stored Task must meet: an object; "id" a non-empty
   /// string without NUL; "contextId" absent or a string; "status" absent or
-  /// an object whose "state" (if present) is a string and whose "timestamp"
+  /// an object whose "state" (if present) is a TaskState name and whose "timestamp"
   /// (if present) is an RFC 3339 time. Throws InvalidTask naming the field.
   void validate() const;
 
@@ -122,7 +122,7 @@ struct TaskRecord {
   uint64_t version = 0;
 
   /// Parses `json`. Throws StoreError(Status::corrupt) naming the id when the
-  /// stored bytes are not a valid Task.
+  /// stored bytes are not a valid Task or are the JSON of another id.
   Task task() const;
 };
 
