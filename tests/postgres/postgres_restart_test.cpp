@@ -106,9 +106,16 @@ TEST_CASE("restart and outage of the database while a store is open") {
     REQUIRE(in_flight.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
     auto [what, took] = in_flight.get();
     INFO("in flight: " << what);
-    CHECK(what.rfind("io: ", 0) == 0);
-    CHECK(what.find("connection lost") != std::string::npos);
-    CHECK(what.find("outcome is unknown") != std::string::npos);  // it was sent: the ABI's rule
+    // A fast shutdown may end the lock holder's backend first, letting the
+    // blocked save commit just before its own backend ends: then OK is the
+    // truth. Otherwise it must be io saying the outcome is unknown. Either
+    // way it returns promptly and what is stored matches what was reported.
+    const bool committed = what == "no error";
+    if (!committed) {
+      CHECK(what.rfind("io: ", 0) == 0);
+      CHECK(what.find("connection lost") != std::string::npos);
+      CHECK(what.find("outcome is unknown") != std::string::npos);  // it was sent: the ABI's rule
+    }
     CHECK(since(t_down) < 6.0);  // pg_ctl's own wait included
     (void)took;
 
@@ -130,8 +137,8 @@ TEST_CASE("restart and outage of the database while a store is open") {
     // nothing from the failed ones.
     auto r1 = s->get("r1");
     REQUIRE(r1.has_value());
-    CHECK(r1->state == "working");
-    CHECK(r1->version == 1);
+    CHECK(r1->state == (committed ? "failed" : "working"));
+    CHECK(r1->version == (committed ? 2u : 1u));
     CHECK(s->get("r2")->version == 1);
     CHECK(s->save(make_task("r2", "c", "completed", 80)) == 2);
     ListQuery q;
