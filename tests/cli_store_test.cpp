@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
 #include "toolnexus/registry.hpp"
 
 #include <rapidjson/document.h>
@@ -25,23 +26,9 @@ struct Run {
   std::string out, err;
 };
 
-fs::path temp_dir() {
-  std::string pattern = (fs::temp_directory_path() / "tnx-cli-XXXXXX").string();
-  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-  return pattern;
-}
-
-std::string slurp(const fs::path &p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path &p, const std::string &s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
+fs::path temp_dir() { return tnx_test::temp_dir("tnx-cli"); }
+using tnx_test::slurp;
+using tnx_test::spit;
 
 std::string sh_quote(const std::string &s) {
   std::string out = "'";

@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
 #include "toolnexus/registry.hpp"
 
 #include <atomic>
@@ -18,18 +19,8 @@ namespace fs = std::filesystem;
 using namespace toolnexus;
 
 namespace {
-fs::path temp_dir() {
-  std::string pattern = (fs::temp_directory_path() / "tnx-seed-XXXXXX").string();
-  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-  return pattern;
-}
-
-std::string slurp(const fs::path &p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+fs::path temp_dir() { return tnx_test::temp_dir("tnx-seed"); }
+using tnx_test::slurp;
 
 // Seed example 3's DocsCountingTaskStore, in C++.
 class CountingTaskStore final : public TaskStore {
