@@ -972,8 +972,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
       read_only_ = true;
       read_only_why_ = "opened with mode=ro";
     }
-    if (!read_only_) configure_writer(w);
-    ensure_schema(w);
+    set_up(w);
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
@@ -1137,11 +1136,45 @@ class SqliteStore final : public toolnexus::sdk::Store {
     std::unique_ptr<Conn> c_;
   };
 
+  /// configure_writer + ensure_schema, retried from the start while SQLite
+  /// says the database is busy, until busy_timeout_ms have passed.
+  ///
+  /// Needed because SQLite does not always call the busy handler at open:
+  /// two processes that open a new database at once both run
+  /// "PRAGMA journal_mode = wal", each holding a shared lock and wanting the
+  /// exclusive one; SQLite sees the deadlock and returns SQLITE_BUSY to one
+  /// of them at once (https://sqlite.org/c3ref/busy_handler.html). Both
+  /// steps are idempotent and ensure_schema rolls back on failure, so
+  /// starting over is safe.
+  void set_up(Conn &w) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::milliseconds(opt_.busy_timeout_ms);
+    for (int attempt = 0;; ++attempt) {
+      try {
+        if (!read_only_) configure_writer(w);
+        ensure_schema(w);
+        return;
+      } catch (const SqlError &e) {
+        const int primary = e.rc & 0xff;
+        if (primary != SQLITE_BUSY && primary != SQLITE_LOCKED) throw;
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited >= limit) throw;
+        // 1, 2, 4 .. 16 ms: the other opener finishes in well under that.
+        auto nap = std::chrono::milliseconds(1 << (attempt < 4 ? attempt : 4));
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - waited);
+        std::this_thread::sleep_for(nap < left ? nap : left);
+      }
+    }
+  }
+
   /// Per-connection settings of the writer: journal mode, synchronous.
+  /// The journal mode is only changed when it differs (it is stored in the
+  /// file for wal), so a second opener of a wal database needs no lock.
   void configure_writer(Conn &w) {
     const std::string want = journal_name(opt_.journal);
-    const std::string got = lower(w.query_text(("PRAGMA journal_mode = " + want).c_str(),
-                                               "sqlite: open"));
+    std::string got = lower(w.query_text("PRAGMA journal_mode", "sqlite: open"));
+    if (got != want)
+      got = lower(w.query_text(("PRAGMA journal_mode = " + want).c_str(), "sqlite: open"));
     if (got != want)
       throw Error(TNX_EIO, "sqlite: database '" + opt_.path + "': cannot use journal=" + want +
                                " (SQLite kept journal mode '" + got + "')");
