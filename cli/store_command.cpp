@@ -72,6 +72,11 @@ std::string unsound(const TaskRecord &r) {
   return "";
 }
 
+// get, list, check and the source of copy only read: they open with
+// OpenOptions::read_only, so a mistyped selector is "no store at ..." (exit
+// 2) instead of a new empty store, and nothing is migrated or cleaned up.
+const OpenOptions kInspect{true};
+
 class Progress {
  public:
   explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
@@ -94,7 +99,7 @@ class Progress {
 
 int cmd_get(const Options &o) {
   if (o.positional.size() != 3) return usage_error("get takes SELECTOR ID");
-  auto s = resolve_store(o.positional[1]);
+  auto s = resolve_store(o.positional[1], kInspect);
   auto r = s->get(o.positional[2]);
   if (!r) {
     std::cerr << "toolnexus store get: no Task with id '" << o.positional[2] << "' in " << o.positional[1] << "\n";
@@ -160,7 +165,7 @@ int cmd_list(const Options &o) {
     }
   }
   const bool json = o.flag("--json");
-  auto s = resolve_store(o.positional[1]);
+  auto s = resolve_store(o.positional[1], kInspect);
   uint64_t n = 0;
   for (;;) {
     if (n >= limit) break;
@@ -198,7 +203,7 @@ int cmd_rm(const Options &o) {
 
 int cmd_copy(const Options &o) {
   if (o.positional.size() != 3) return usage_error("copy takes FROM TO");
-  auto from = resolve_store(o.positional[1]);
+  auto from = resolve_store(o.positional[1], kInspect);
   auto to = resolve_store(o.positional[2]);
   ListQuery q;
   q.page_size = 500;
@@ -240,7 +245,7 @@ int cmd_copy(const Options &o) {
 
 int cmd_check(const Options &o) {
   if (o.positional.size() != 2) return usage_error("check takes SELECTOR");
-  auto s = resolve_store(o.positional[1]);
+  auto s = resolve_store(o.positional[1], kInspect);
   ListQuery q;
   q.page_size = 500;
   q.deliver_corrupt = true;

@@ -34,7 +34,10 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, get) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);
 static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 48);
 static_assert(sizeof(void *) != 8 || sizeof(tnx_host_info) == 24);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_open_args) == 56);
+// ABI 1.2 appended flags, reserved0 and capabilities; 1.1's ended at 56.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, flags) == 56);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, capabilities) == 64);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_open_args) == 72);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, name) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, capabilities) == 40);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, vtable) == 56);

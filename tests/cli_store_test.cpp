@@ -151,6 +151,35 @@ TEST_CASE("store put, get, list, rm and their exit codes") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("get, list, check and copy's source create nothing: a missing store is exit 2 naming it") {
+  fs::path dir = temp_dir();
+  const fs::path db = dir / "typo" / "tasks.db";
+  const fs::path files = dir / "no-such-dir";
+  for (const std::string &sel : {"sqlite:" + db.string(), "file:" + files.string()}) {
+    CAPTURE(sel);
+    const std::string where = sel.rfind("sqlite:", 0) == 0 ? db.string() : files.string();
+    for (const std::vector<std::string> &cmd :
+         {std::vector<std::string>{"store", "get", sel, "t1"}, {"store", "list", sel}, {"store", "check", sel},
+          {"store", "copy", sel, "file:" + (dir / "dest").string()}}) {
+      CAPTURE(cmd[1]);
+      Run r = run(cmd);
+      CHECK(r.code == 2);
+      CHECK_MESSAGE(r.err.find(where) != std::string::npos, r.err);
+      CHECK_MESSAGE(r.err.find("not created") != std::string::npos, r.err);
+      CHECK(r.out.empty());
+    }
+    CHECK_FALSE(fs::exists(dir / "typo"));
+    CHECK_FALSE(fs::exists(files));
+    CHECK_FALSE(fs::exists(dir / "dest"));  // copy failed before opening the target
+  }
+  // Once something is stored there, the same commands read it.
+  const std::string sel = "sqlite:" + db.string();
+  REQUIRE(run({"store", "put", sel}, task_json("t1", "c1", "working", 1)).code == 0);
+  CHECK(run({"store", "get", sel, "t1"}).out == task_json("t1", "c1", "working", 1) + "\n");
+  CHECK(run({"store", "check", sel}).out == "1 sound, 0 bad\n");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("store check and copy report a corrupt record with its location") {
   fs::path dir = temp_dir();
   const std::string sel = "file:" + dir.string();

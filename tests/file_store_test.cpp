@@ -144,8 +144,8 @@ Task task(const std::string &id, int sec = 0, const std::string &state = "workin
 
 class Store {
  public:
-  explicit Store(const std::string &location) {
-    Result r = open_raw(location, &s_);
+  explicit Store(const std::string &location, uint32_t flags = 0) {
+    Result r = open_raw(location, &s_, flags);
     REQUIRE_MESSAGE(r.rc == TNX_OK, "open file:" << location << ": " << r.err);
   }
   ~Store() {
@@ -154,9 +154,14 @@ class Store {
   Store(const Store &) = delete;
   Store &operator=(const Store &) = delete;
 
-  static Result open_raw(const std::string &location, tnx_store **out) {
+  static Result open_raw(const std::string &location, tnx_store **out, uint32_t flags = 0) {
     const std::string sel = "file:" + location;
-    tnx_open_args a = {TNX_HEADER_INIT(tnx_open_args), S(scheme()), S(location), S(sel)};
+    tnx_open_args a{};
+    a.header = tnx_header(sizeof a);
+    a.scheme = S(scheme());
+    a.location = S(location);
+    a.selector = S(sel);
+    a.flags = flags;
     Result r;
     char err[1024] = {0};
     r.rc = plugin()->open(&a, out, err, sizeof err);
@@ -390,6 +395,42 @@ TEST_CASE("open: empty location, non-directory, nested and relative directories"
     }
     CHECK(fs::exists(t / "rel/dir/r1.json"));
   }
+}
+
+TEST_CASE("TNX_OPEN_READ_ONLY: a missing directory is ENOTFOUND and not created; nothing changes") {
+  TempDir t;
+  tnx_store *s = nullptr;
+  Result r = Store::open_raw(t / "missing/dir", &s, TNX_OPEN_READ_ONLY);
+  CHECK(r.rc == TNX_ENOTFOUND);
+  CHECK_MESSAGE(r.err.find(t / "missing/dir") != std::string::npos, r.err);
+  CHECK(s == nullptr);
+  CHECK_FALSE(fs::exists(t / "missing"));
+
+  {
+    Store w(t / "d");
+    REQUIRE(w.save(task("a", 3)).rc == TNX_OK);
+  }
+  const std::string stray = t / "d/.tnx-999999-1.tmp";
+  write_file(stray, "half a save");
+  {
+    Store ro(t / "d", TNX_OPEN_READ_ONLY);
+    CHECK(fs::exists(stray));  // a read-only open repairs nothing
+    Result g = ro.get("a");
+    REQUIRE_MESSAGE(g.rc == TNX_OK, g.err);
+    CHECK(g.rec.time_us == task("a", 3).time_us);
+    Result sv = ro.save(task("b"));
+    CHECK(sv.rc == TNX_EUNSUPPORTED);
+    CHECK(ro.del("a").rc == TNX_EUNSUPPORTED);
+  }
+  CHECK_FALSE(fs::exists(t / "d/b.json"));
+  CHECK(fs::exists(t / "d/a.json"));
+  CHECK(fs::exists(stray));
+  { Store w(t / "d"); }  // a read-write open does clean up
+  CHECK_FALSE(fs::exists(stray));
+
+  r = Store::open_raw(t / "d", &s, 1u << 9);
+  CHECK(r.rc == TNX_EUNSUPPORTED);
+  CHECK(s == nullptr);
 }
 
 TEST_CASE("layout: a plain id is stored as exactly <dir>/<id>.json holding the saved bytes") {

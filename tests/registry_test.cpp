@@ -85,6 +85,59 @@ TEST_CASE("a plugin built against ABI 1.0 (smaller descriptor) still loads") {
   CHECK(store->list(ListQuery{}).records.empty());
 }
 
+TEST_CASE("ABI 1.2 open: read-only flag reaches the plugin, writes are refused by the host") {
+  auto r = isolated({kFixtures / "good", kFixtures / "v1_0"});
+  OpenOptions ro;
+  ro.read_only = true;
+  // The fixture fails "expect-ro" unless the host passed TNX_OPEN_READ_ONLY.
+  CHECK_THROWS_AS(resolve_store("fixture:expect-ro", *r), std::invalid_argument);
+  auto s = resolve_store("fixture:expect-ro", ro, *r);
+  CHECK(s->info().read_only);
+  CHECK_FALSE(resolve_store("fixture:x", *r)->info().read_only);
+  auto t = Task::parse(R"({"id":"t1"})");
+  try {
+    s->save(t);
+    FAIL("save through a read-only store must throw");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::unsupported);
+    // The host's refusal (the fixture's own save says "fixture store is read-only").
+    CHECK_MESSAGE(std::string(e.what()).find("'fixture:expect-ro' was opened read-only") != std::string::npos,
+                  e.what());
+  }
+  CHECK_THROWS_AS(s->remove("t1"), StoreError);
+
+  SUBCASE("a 1.0 plugin never sees the flag; the host still refuses writes") {
+    auto old = resolve_store("oldabi:x", ro, *r);
+    CHECK(old->info().read_only);
+    try {
+      old->remove("t1");
+      FAIL("remove through a read-only store must throw");
+    } catch (const StoreError &e) {
+      CHECK(e.code() == Status::unsupported);
+      CHECK(std::string(e.what()).find("was opened read-only") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("ABI 1.2 open: per-store capabilities may narrow, never widen") {
+  auto r = isolated({kFixtures / "good", kFixtures / "wide_caps"});
+  CHECK(resolve_store("fixture:x", *r)->info().capabilities == TNX_CAP_THREAD_SAFE);
+  CHECK(resolve_store("fixture:narrow", *r)->info().capabilities == 0);
+  // wide_caps serves "fixture" too; it loads after good, so it is refused
+  // for the scheme. Load it alone to open from it.
+  auto w = isolated({kFixtures / "wide_caps"});
+  try {
+    resolve_store("fixture:x", *w);
+    FAIL("a store wider than its descriptor must be refused");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::internal);
+    const std::string m = e.what();
+    CHECK_MESSAGE(m.find("broke the ABI") != std::string::npos, m);
+    CHECK_MESSAGE(m.find("durable") != std::string::npos, m);
+    CHECK_MESSAGE(m.find("libfixture_wide_caps.so") != std::string::npos, m);
+  }
+}
+
 TEST_CASE("bad plugins are refused with their path and reason") {
   struct Case {
     const char *dir;

@@ -162,16 +162,21 @@ class Store {
   Store &operator=(const Store &) = delete;
   ~Store() { close(); }
 
-  /// Opens "sqlite:<location>".
-  Res open(const std::string &location) {
+  /// Opens "sqlite:<location>" with TNX_OPEN_* `flags`; `caps` (may be
+  /// NULL) is passed as the in/out capabilities; `args_size` below the
+  /// current one plays an older host.
+  Res open(const std::string &location, uint32_t flags = 0, uint64_t *caps = nullptr,
+           uint32_t args_size = sizeof(tnx_open_args)) {
     close();
     const Plugin &p = Plugin::get();
     const std::string scheme = "sqlite", selector = "sqlite:" + location;
     tnx_open_args a{};
-    a.header = tnx_header(sizeof a);
+    a.header = tnx_header(args_size);
     a.scheme = S(scheme);
     a.location = S(location);
     a.selector = S(selector);
+    a.flags = flags;
+    a.capabilities = caps;
     char err[1024] = "";
     Res r;
     r.st = p.d->open(&a, &s_, err, sizeof err);
@@ -908,7 +913,61 @@ TEST_CASE("errors: a corrupt row is ECORRUPT in get and list, naming the task") 
   }
 }
 
-TEST_CASE("errors: read-only database, save/del are EIO naming the path") {
+TEST_CASE("TNX_OPEN_READ_ONLY: creates nothing, reads, refuses writes; per-store capabilities") {
+  TempDir dir;
+  const std::string db = dir / "sub/tasks.db";
+  Store s;
+  Res o = s.open(db, TNX_OPEN_READ_ONLY);
+  CHECK(o.st == TNX_ENOTFOUND);
+  CHECK_MESSAGE(contains(o.err, db), o.err);
+  CHECK_FALSE(fs::exists(dir / "sub"));  // not even the parent directory
+
+  {
+    Store w;
+    must_open(w, db);
+    must_save(w, task("t", 7));
+  }
+  const auto size_before = fs::file_size(db);
+  o = s.open(db, TNX_OPEN_READ_ONLY);
+  REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+  CHECK(must_get(s, "t").time == 7);
+  CHECK(s.list_all(Query{}).size() == 1);
+  Res r = s.save(task("t", 8));
+  CHECK(r.st == TNX_EUNSUPPORTED);
+  CHECK(s.del("t").st == TNX_EUNSUPPORTED);
+  s.close();
+  CHECK(fs::file_size(db) == size_before);
+  Store w;
+  must_open(w, db);
+  CHECK(must_get(w, "t").time == 7);
+  CHECK(must_get(w, "t").version == 1);
+  w.close();
+
+  SUBCASE("an unknown flag bit is refused, not ignored") {
+    o = s.open(db, 1u << 7);
+    CHECK(o.st == TNX_EUNSUPPORTED);
+    CHECK_MESSAGE(contains(o.err, "flag"), o.err);
+  }
+  SUBCASE("a 1.1 host (no flags field) opens read-write as before") {
+    const uint32_t v11 = uint32_t(offsetof(tnx_open_args, flags));
+    o = s.open(dir / "new11.db", TNX_OPEN_READ_ONLY /* beyond its size: unseen */, nullptr, v11);
+    REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+    CHECK(s.save(task("x", 1)).st == TNX_OK);
+  }
+  SUBCASE("synchronous=normal|off clear TNX_CAP_DURABLE; full keeps it") {
+    const uint64_t all = Plugin::get().d->capabilities;
+    REQUIRE((all & TNX_CAP_DURABLE) != 0);
+    for (const char *sync : {"normal", "off", "full", "extra"}) {
+      uint64_t caps = all;
+      o = s.open(db + "?synchronous=" + sync, 0, &caps);
+      REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+      const bool durable = std::string(sync) == "full" || std::string(sync) == "extra";
+      CHECK_MESSAGE(caps == (durable ? all : (all & ~TNX_CAP_DURABLE)), sync);
+    }
+  }
+}
+
+TEST_CASE("errors: read-only database (mode=ro), save/del are UNSUPPORTED naming the path") {
   TempDir dir;
   const std::string db = dir / "ro.db";
   {
@@ -921,11 +980,11 @@ TEST_CASE("errors: read-only database, save/del are EIO naming the path") {
   CHECK(must_get(s, "t").version == 1);
   CHECK(s.list_all(Query{}).size() == 1);
   Res r = s.save(task("t", 2));
-  CHECK(r.st == TNX_EIO);
+  CHECK(r.st == TNX_EUNSUPPORTED);
   CHECK_MESSAGE(contains(r.err, db), r.err);
   CHECK_MESSAGE(contains(r.err, "read-only"), r.err);
   r = s.del("t");
-  CHECK(r.st == TNX_EIO);
+  CHECK(r.st == TNX_EUNSUPPORTED);
   CHECK(contains(r.err, db));
   s.close();
   Store w;
@@ -936,15 +995,16 @@ TEST_CASE("errors: read-only database, save/del are EIO naming the path") {
 
   SUBCASE("mode=ro does not create a missing file") {
     Res o = s.open(dir / "absent.db?mode=ro");
-    CHECK(o.st == TNX_EIO);
+    CHECK(o.st == TNX_ENOTFOUND);
     CHECK_MESSAGE(contains(o.err, dir / "absent.db"), o.err);
     CHECK_FALSE(fs::exists(dir / "absent.db"));
   }
 
-  SUBCASE("mode=ro on an empty file cannot create the schema") {
+  SUBCASE("mode=ro on an empty file: nothing stored there, and the file stays empty") {
     std::ofstream(dir / "empty.db").flush();
     Res o = s.open(dir / "empty.db?mode=ro");
-    CHECK(o.st == TNX_EUNSUPPORTED);
+    CHECK(o.st == TNX_ENOTFOUND);
+    CHECK(fs::file_size(dir / "empty.db") == 0);
     CHECK(contains(o.err, dir / "empty.db"));
   }
 

@@ -52,11 +52,13 @@ struct ListCtx {
 class PluginStore final : public TaskStore {
  public:
   PluginStore(std::shared_ptr<LoadedPlugin> plugin, tnx_store *handle, std::string scheme,
-              std::string display)
+              std::string display, uint64_t capabilities, bool read_only)
       : plugin_(std::move(plugin)),
         vt_(plugin_->descriptor->vtable),
         handle_(handle),
-        serialize_((plugin_->descriptor->capabilities & TNX_CAP_THREAD_SAFE) == 0),
+        serialize_((capabilities & TNX_CAP_THREAD_SAFE) == 0),
+        capabilities_(capabilities),
+        read_only_(read_only),
         scheme_(std::move(scheme)),
         display_(std::move(display)) {}
 
@@ -82,6 +84,7 @@ class PluginStore final : public TaskStore {
   }
 
   void remove(std::string_view id, uint64_t expected_version) override {
+    refuse_if_read_only("delete");
     char err[kErrCap] = {0};
     tnx_status rc;
     {
@@ -127,7 +130,8 @@ class PluginStore final : public TaskStore {
     i.plugin_name = plugin_->info.name;
     i.plugin_version = plugin_->info.version;
     i.plugin_path = plugin_->info.path;
-    i.capabilities = plugin_->descriptor->capabilities;
+    i.capabilities = capabilities_;
+    i.read_only = read_only_;
     return i;
   }
 
@@ -142,6 +146,7 @@ class PluginStore final : public TaskStore {
 
  protected:
   uint64_t do_save(const TaskRecord &r, uint64_t expected_version) override {
+    refuse_if_read_only("save");
     tnx_task_record cr{};
     cr.header = tnx_header(sizeof cr);
     cr.id = cstr(r.id);
@@ -231,6 +236,14 @@ class PluginStore final : public TaskStore {
     throw StoreError(st, msg);
   }
 
+  // The host's own check, so that a plugin older than ABI 1.2 (which never
+  // saw TNX_OPEN_READ_ONLY) cannot be written through a read-only store.
+  void refuse_if_read_only(const char *op) const {
+    if (read_only_)
+      throw StoreError(Status::unsupported,
+                       op + std::string(" refused: store ") + display_ + " was opened read-only");
+  }
+
   [[noreturn]] void fail_protocol(const char *what) const {
     throw StoreError(Status::internal, "plugin " + plugin_->info.path + " broke the ABI: " + what);
   }
@@ -239,6 +252,8 @@ class PluginStore final : public TaskStore {
   const tnx_store_vtable *vt_;
   tnx_store *handle_;
   const bool serialize_;
+  const uint64_t capabilities_;
+  const bool read_only_;
   std::string scheme_;
   std::string display_;
   std::shared_mutex mu_;
@@ -248,12 +263,17 @@ class PluginStore final : public TaskStore {
 
 std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugin,
                                              std::string_view scheme, std::string_view location,
-                                             std::string_view selector, const std::string &display) {
+                                             std::string_view selector, const std::string &display,
+                                             const OpenOptions &options) {
+  const uint64_t declared = plugin->descriptor->capabilities;
+  uint64_t caps = declared;
   tnx_open_args args{};
-    args.header = tnx_header(sizeof args);
+  args.header = tnx_header(sizeof args);
   args.scheme = cstr(scheme);
   args.location = cstr(location);
   args.selector = cstr(selector);
+  args.flags = options.read_only ? TNX_OPEN_READ_ONLY : 0u;
+  args.capabilities = &caps;
   tnx_store *handle = nullptr;
   char err[kErrCap] = {0};
   tnx_status rc = plugin->descriptor->open(&args, &handle, err, kErrCap);
@@ -266,7 +286,17 @@ std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugi
     if (rc == TNX_OK) st = Status::internal;
     throw StoreError(st, msg);
   }
-  return std::make_shared<PluginStore>(std::move(plugin), handle, std::string(scheme), display);
+  if ((caps & ~declared) != 0) {
+    // Closing is still owed to the plugin; its result does not matter here.
+    char ignored[kErrCap] = {0};
+    (void)plugin->descriptor->vtable->close(handle, ignored, kErrCap);
+    throw StoreError(Status::internal,
+                     "plugin " + plugin->info.path + " broke the ABI: open of " + display +
+                         " claimed capabilities its descriptor lacks (" +
+                         capability_names(caps & ~declared) + ")");
+  }
+  return std::make_shared<PluginStore>(std::move(plugin), handle, std::string(scheme), display,
+                                       caps, options.read_only);
 }
 
 }  // namespace toolnexus::detail

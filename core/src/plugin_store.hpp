@@ -19,13 +19,15 @@ struct LoadedPlugin {
   PluginInfo info;
 };
 
-/// Opens a store from `plugin` for "<scheme>:<location>". `display` is the
-/// selector with any password masked, for messages. Throws
+/// Opens a store from `plugin` for "<scheme>:<location>" as `options` say.
+/// `display` is the selector with any password masked, for messages. Throws
 /// std::invalid_argument when the plugin answers TNX_EINVAL (a bad selector),
-/// StoreError for any other failure.
+/// StoreError for any other failure (internal when the plugin widened its
+/// capabilities).
 std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugin,
                                              std::string_view scheme, std::string_view location,
-                                             std::string_view selector, const std::string &display);
+                                             std::string_view selector, const std::string &display,
+                                             const OpenOptions &options);
 
 }  // namespace toolnexus::detail
 

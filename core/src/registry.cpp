@@ -444,7 +444,7 @@ std::vector<std::string> PluginRegistry::schemes() const {
   return out;
 }
 
-std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector) {
+std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector, const OpenOptions &options) {
   const std::string shown = redact(selector);
   size_t colon = selector.find(':');
   std::string_view scheme = colon == std::string_view::npos ? selector : selector.substr(0, colon);
@@ -475,7 +475,7 @@ std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector) {
              "'; add its directory with --plugin-dir or " + kPluginPathEnv + ")";
     throw std::invalid_argument(msg);
   }
-  return detail::open_plugin_store(std::move(plugin), scheme, location, selector, shown);
+  return detail::open_plugin_store(std::move(plugin), scheme, location, selector, shown, options);
 }
 
 std::shared_ptr<TaskStore> resolve_store() { return resolve_store(std::string_view("memory")); }
@@ -485,8 +485,13 @@ std::shared_ptr<TaskStore> resolve_store(std::string_view selector) {
 }
 
 std::shared_ptr<TaskStore> resolve_store(std::string_view selector, PluginRegistry &registry) {
-  if (selector.empty() || selector == "memory") return registry.open("memory:");
-  return registry.open(selector);  // an unknown form throws invalid_argument listing schemes
+  return resolve_store(selector, OpenOptions{}, registry);
+}
+
+std::shared_ptr<TaskStore> resolve_store(std::string_view selector, const OpenOptions &options,
+                                         PluginRegistry &registry) {
+  if (selector.empty() || selector == "memory") return registry.open("memory:", options);
+  return registry.open(selector, options);  // an unknown form throws invalid_argument listing schemes
 }
 
 std::shared_ptr<TaskStore> resolve_store(std::shared_ptr<TaskStore> store) {

@@ -5,8 +5,10 @@
  *
  *   selector   kv:<dir>            read-write; <dir> is created if missing
  *              kv:<dir>?salvage    read-only, for reading a damaged log
+ *   The host's TNX_OPEN_READ_ONLY (ABI 1.2, `toolnexus store get|list|check`)
+ *   opens read-only too: nothing is created, a missing log is TNX_ENOTFOUND.
  *
- * The only dependency is <toolnexus/task_store.h> (the C ABI, v1.1) plus
+ * The only dependency is <toolnexus/task_store.h> (the C ABI, v1.2) plus
  * POSIX. Nothing here is C++ and nothing is linked from toolnexus.
  *
  * ---------------------------------------------------------------------------
@@ -539,7 +541,8 @@ struct tnx_store {
   char *dir;  /* the directory, as given */
   char *path; /* <dir>/tasks.kvlog, for I/O and messages */
   int fd;     /* the log, open, flock'ed, O_CLOEXEC */
-  int read_only;
+  int read_only; /* ?salvage, or the host's TNX_OPEN_READ_ONLY: change nothing */
+  int salvage;   /* ?salvage: also read past damaged stretches */
 
   /* Serialises save and del: the version counter, the end of the log, and
    * the compare-and-set check (which reads the index without index_lock:
@@ -705,6 +708,9 @@ static tnx_status kv_open_log(tnx_store *s, char *err, uint32_t cap) {
     int fd = open(s->path, flags | O_CLOEXEC, 0600);
     if (fd < 0) {
       int e = errno;
+      if (s->read_only && e == ENOENT) /* nothing stored here, and we may not create */
+        return kv_fail(err, cap, TNX_ENOTFOUND, "no kv store at '%s' (opened read-only, so not created)",
+                       s->path);
       return kv_fail(err, cap, TNX_EIO, "cannot open '%s': %s", s->path, kv_strerror(e).text);
     }
     if (flock(fd, lock | LOCK_NB) != 0) {
@@ -938,7 +944,7 @@ static tnx_status kv_replay(tnx_store *s, char *err, uint32_t cap) {
     }
     /* Good records follow: this is damage, not a crash. Never skip it
      * silently: fail, unless the user asked to salvage. */
-    if (!s->read_only) {
+    if (!s->salvage) {
       status = kv_fail(err, cap, TNX_ECORRUPT,
                        "'%s': corrupt record at offset %" PRIu64 " (%s; %" PRIu64 " bytes up to the next good "
                        "record); open 'kv:%s?salvage' to read the rest, e.g. with toolnexus store copy",
@@ -976,7 +982,7 @@ static tnx_status kv_parse_location(tnx_store *s, tnx_str loc, char *err, uint32
   if (q != NULL) {
     size_t opt_len = (size_t)loc.len - dir_len - 1;
     if (opt_len == 7 && memcmp(q + 1, "salvage", 7) == 0) {
-      s->read_only = 1;
+      s->read_only = s->salvage = 1;
     } else {
       return kv_fail(err, cap, TNX_EINVAL, "kv: unknown option %s (the only option is ?salvage)",
                      kv_quote(q + 1, opt_len > 64 ? 64 : opt_len).text);
@@ -1006,6 +1012,15 @@ static tnx_status kv_open(const tnx_open_args *args, tnx_store **out_store, char
   /* Only the location: args->selector may hold secrets in other schemes'
    * selectors, so messages quote the directory we parsed, never it. */
   st = kv_parse_location(s, args->location, err, cap);
+  /* ABI 1.2 open flags: only a 1.2+ host sends them (TNX_HAS_FIELD). A bit
+   * we do not know is refused, never ignored. */
+  if (st == TNX_OK && TNX_HAS_FIELD(args, tnx_open_args, flags)) {
+    if ((args->flags & ~(uint32_t)TNX_OPEN_ALL) != 0)
+      st = kv_fail(err, cap, TNX_EUNSUPPORTED, "kv: unknown open flags 0x%" PRIx32,
+                   args->flags & ~(uint32_t)TNX_OPEN_ALL);
+    else if ((args->flags & TNX_OPEN_READ_ONLY) != 0)
+      s->read_only = 1;
+  }
   if (st == TNX_OK && !s->read_only && kv_mkdirs(s->dir) != 0) {
     int e = errno;
     st = kv_fail(err, cap, TNX_EIO, "cannot create directory '%s': %s", s->dir, kv_strerror(e).text);
@@ -1228,7 +1243,8 @@ static tnx_status kv_save(tnx_store *s, const tnx_task_record *rec, uint64_t exp
     return kv_fail(err, cap, TNX_EINVAL, "save: record header says ABI %u, %" PRIu32 " bytes",
                    (unsigned)rec->header.abi_major, rec->header.struct_size);
   if (s->read_only)
-    return kv_fail(err, cap, TNX_EUNSUPPORTED, "save: '%s' is opened read-only (?salvage)", s->path);
+    return kv_fail(err, cap, TNX_EUNSUPPORTED, "save: '%s' is opened read-only%s", s->path,
+                   s->salvage ? " (?salvage)" : "");
   f[KV_ID] = rec->id;
   f[KV_CONTEXT] = rec->context_id;
   f[KV_STATE] = rec->state;
@@ -1304,7 +1320,8 @@ static tnx_status kv_del(tnx_store *s, tnx_str id, uint64_t expected_version, ch
   if (id.len > KV_MAX_RECORD - KV_REC_HDR)
     return kv_fail(err, cap, TNX_ENOTFOUND, "delete: no task with an id of %" PRIu64 " bytes", id.len);
   if (s->read_only)
-    return kv_fail(err, cap, TNX_EUNSUPPORTED, "delete: '%s' is opened read-only (?salvage)", s->path);
+    return kv_fail(err, cap, TNX_EUNSUPPORTED, "delete: '%s' is opened read-only%s", s->path,
+                   s->salvage ? " (?salvage)" : "");
   memset(f, 0, sizeof f);
   f[KV_ID] = id;
   buf = kv_encode(KV_OP_DEL, f, TNX_TIME_NONE, &n);

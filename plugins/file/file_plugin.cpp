@@ -11,7 +11,10 @@
 // missing parents are created (mode 0777 minus the umask, each new entry
 // fsynced into its parent). The store only ever creates, replaces or removes
 // names directly inside <dir>, always relative to a descriptor of <dir>
-// opened once. Files are created 0666 minus the umask.
+// opened once. Files are created 0666 minus the umask. Opened with the
+// host's TNX_OPEN_READ_ONLY (ABI 1.2) the store changes nothing at all: a
+// missing <dir> is TNX_ENOTFOUND (not created), stray files are left alone,
+// save and del are TNX_EUNSUPPORTED.
 //
 //   <stem>.json   The Task: exactly the task_json bytes of the last save, as
 //                 the seed wrote them. Nothing else is in it. contextId,
@@ -1228,15 +1231,19 @@ toolnexus::sdk::Store *open_file(const tnx_open_args &args) {
     abs = (cwd == "/" ? cwd : cwd + "/") + loc;
   }
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
-  make_dirs(abs);
+  const bool read_only = toolnexus::sdk::open_read_only(args);
+  if (!read_only) make_dirs(abs);
   Fd fd(::open(abs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int e = errno;
+    if (read_only && e == ENOENT)
+      throw Error(TNX_ENOTFOUND, "file: no store at '" + abs + "': the directory does not exist "
+                                 "(opened read-only, so it was not created)");
     throw Error(e == ENOTDIR ? TNX_EINVAL : TNX_EIO, "file: cannot open directory '" + abs + "': " +
                                                          (e == ENOTDIR ? "not a directory" : errtext(e)));
   }
   auto store = std::make_unique<FileStore>(std::move(fd), abs);
-  store->recover();
+  if (!read_only) store->recover();  // removing stray files is a change
   return store.release();
 }
 

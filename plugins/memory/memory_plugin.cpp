@@ -128,6 +128,8 @@ class MemoryStore final : public toolnexus::sdk::Store {
   std::map<std::pair<int64_t, std::string>, const std::string *, ListOrder> order_;
 };
 
+// TNX_OPEN_READ_ONLY: a memory location always "exists" (empty), so a
+// read-only open gives an empty store; the helper refuses save and del.
 toolnexus::sdk::Store *open_memory(const tnx_open_args &args) {
   if (args.location.len != 0)
     throw Error(TNX_EINVAL, "memory store takes no location, got 'memory:" +

@@ -516,6 +516,12 @@ class PgStore final : public toolnexus::sdk::Store {
   /// header comment). Throws Error.
   void setup_schema();
 
+  /// For TNX_OPEN_READ_ONLY: checks, creating and migrating nothing, that
+  /// the table holds Tasks at the current schema version. Throws
+  /// TNX_ENOTFOUND (no such table), TNX_EUNSUPPORTED (older or newer schema),
+  /// TNX_ECORRUPT (a foreign table of that name), TNX_EIO.
+  void check_schema();
+
   bool get(std::string_view id, const RecordOut &out) override {
     const std::string what = "get of task " + quote(id);
     Params p;
@@ -997,6 +1003,48 @@ class PgStore final : public toolnexus::sdk::Store {
 
 thread_local std::string PgStore::corrupt_name_;
 
+void PgStore::check_schema() {
+  Lease l = acquire();
+  Conn &c = *l;
+  const std::string what = "schema check of table " + opt_.table;
+  const std::string at = "table " + opt_.table + " in " + target_;
+  auto table_exists = [&](const std::string &name) {
+    Params n;
+    n.text(name);
+    Result r = exec_sql(c,
+                        "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                        " ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = $1",
+                        n, what, timeout_ms_);
+    int64_t count = 0;
+    read_int(r.get(), 0, 0, count);
+    return count != 0;
+  };
+  Params t;
+  t.text(opt_.table);
+  int64_t version = 0;
+  if (table_exists(pg::kMetaTable)) {
+    Result vr = exec_sql(c, std::string("SELECT version FROM ") + pg::kMetaTable + " WHERE table_name = $1", t,
+                         what, timeout_ms_);
+    if (PQntuples(vr.get()) == 1 && !read_int(vr.get(), 0, 0, version))
+      throw Error(TNX_ECORRUPT, what + ": unreadable row in " + pg::kMetaTable);
+  }
+  const bool exists = table_exists(opt_.table);
+  if (version == 0 && !exists)
+    throw Error(TNX_ENOTFOUND, "no toolnexus task " + at + " (opened read-only, so it was not created)");
+  if (version == 0)
+    throw Error(TNX_ECORRUPT, at + " exists but is not a toolnexus task table (no row in " + pg::kMetaTable +
+                                  "); choose another tnx_table");
+  if (!exists || version < 0)
+    throw Error(TNX_ECORRUPT, at + " is recorded at schema version " + std::to_string(version) + " in " +
+                                  pg::kMetaTable + " but " + (version < 0 ? "that is invalid" : "does not exist"));
+  if (version != pg::kSchemaVersion)
+    throw Error(TNX_EUNSUPPORTED,
+                at + " has schema version " + std::to_string(version) + "; this plugin reads version " +
+                    std::to_string(pg::kSchemaVersion) +
+                    (version < pg::kSchemaVersion ? " (open it read-write once to migrate it)"
+                                                  : ": upgrade the toolnexus postgres plugin"));
+}
+
 void PgStore::setup_schema() {
   Lease l = acquire();
   Conn &c = *l;
@@ -1088,7 +1136,8 @@ toolnexus::sdk::Store *open_postgres(const tnx_open_args &args) {
   Parsed parsed = parse_selector(selector, secrets);
   std::string target = describe(parsed.uri, parsed.opt.table, secrets);
   auto store = std::make_unique<PgStore>(parsed.opt, parsed.uri, std::move(target), std::move(secrets));
-  store->setup_schema();
+  if (toolnexus::sdk::open_read_only(args)) store->check_schema();
+  else store->setup_schema();
   return store.release();
 }
 

@@ -29,8 +29,9 @@
 //       save is fsync'ed before it is reported done, so it survives a power
 //       loss (TNX_CAP_DURABLE). normal/off trade that away for speed: with
 //       journal=wal, normal can lose the last saves on power loss (never
-//       corrupts); off can corrupt the file on power loss. Choosing them waives
-//       TNX_CAP_DURABLE for that store (the descriptor cannot say so per store).
+//       corrupts); off can corrupt the file on power loss. Choosing them clears
+//       TNX_CAP_DURABLE for that store (ABI 1.2 per-store capabilities; a 1.0
+//       or 1.1 host sees only the descriptor's).
 //   busy_timeout_ms=0..3600000                   default 5000
 //       How long a call waits for a lock held by another connection or process
 //       before failing with TNX_EIO "database ... is locked".
@@ -47,9 +48,12 @@
 //       Most saves/deletes committed in one group-commit transaction (below);
 //       1 turns group commit off (one transaction per save).
 //   mode=rw|ro                                   default rw
-//       ro opens the existing file read-only: nothing is created or migrated,
-//       save and del fail with TNX_EIO naming the path. A file the process may
-//       not write to behaves the same way under mode=rw.
+//       ro opens the existing file read-only: nothing is created or migrated;
+//       a missing file, or one without the task schema, is TNX_ENOTFOUND;
+//       save and del fail with TNX_EUNSUPPORTED naming the path. The host's
+//       TNX_OPEN_READ_ONLY (ABI 1.2) means the same. A file the process may
+//       not write to opens under mode=rw too, but save and del then fail with
+//       TNX_EIO (a permission problem, not a choice).
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 2, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -178,7 +182,10 @@ struct Options {
   Journal journal = Journal::Wal;
   size_t pool_size = 4;
   size_t max_batch = 64;
+  /// mode=ro, or the host's TNX_OPEN_READ_ONLY.
   bool read_only = false;
+  /// True when read_only came from TNX_OPEN_READ_ONLY (for messages).
+  bool host_read_only = false;
 };
 
 const char *sync_name(Sync s) {
@@ -961,6 +968,9 @@ class SqliteStore final : public toolnexus::sdk::Store {
       throw Error(TNX_EUNSUPPORTED, std::string("sqlite: libsqlite3 ") + sqlite3_libversion() +
                                         " is too old; toolnexus-sqlite needs 3.31.0 or newer");
     if (!opt_.read_only) make_parent_directories(opt_.path);
+    else if (struct stat st {}; ::stat(opt_.path.c_str(), &st) != 0 && errno == ENOENT)
+      throw Error(TNX_ENOTFOUND, "sqlite: no database at '" + opt_.path + "' (opened read-only, " +
+                                     "so it was not created)");
     writer_ = std::make_unique<Conn>(opt_, Conn::Role::Writer);
     Conn &w = *writer_;
     // A file the process cannot write to opens read-only: behave as mode=ro.
@@ -970,7 +980,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
     }
     if (opt_.read_only) {
       read_only_ = true;
-      read_only_why_ = "opened with mode=ro";
+      read_only_why_ = opt_.host_read_only ? "opened read-only for inspection" : "opened with mode=ro";
     }
     set_up(w);
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
@@ -1206,6 +1216,10 @@ class SqliteStore final : public toolnexus::sdk::Store {
     int64_t ver = w.query_int("PRAGMA user_version", "sqlite: open");
     check(app, ver);
     if (ver == kSchemaVersion) return;
+    if (read_only_ && ver == 0)
+      throw Error(TNX_ENOTFOUND, "sqlite: database '" + opt_.path +
+                                     "' holds no toolnexus Tasks (no task schema), and it was "
+                                     "opened read-only (" + read_only_why_ + ")");
     if (read_only_)
       throw Error(TNX_EUNSUPPORTED,
                   "sqlite: database '" + opt_.path + "' " +
@@ -1248,8 +1262,9 @@ class SqliteStore final : public toolnexus::sdk::Store {
   /// Runs `r` (blocking) through the group commit and throws its error.
   void submit(WriteReq &r) {
     if (read_only_)
-      throw Error(TNX_EIO, describe(r) + ": database '" + opt_.path + "' is read-only (" +
-                               read_only_why_ + ")");
+      throw Error(opt_.read_only ? TNX_EUNSUPPORTED : TNX_EIO,
+                  describe(r) + ": database '" + opt_.path + "' is read-only (" + read_only_why_ +
+                      ")");
     {
       std::unique_lock<std::mutex> lk(wmu_);
       r.next = nullptr;
@@ -1472,7 +1487,12 @@ class SqliteStore final : public toolnexus::sdk::Store {
 };
 
 toolnexus::sdk::Store *open_sqlite(const tnx_open_args &args) {
-  return new SqliteStore(parse_location(view(args.location)));
+  Options o = parse_location(view(args.location));
+  if (toolnexus::sdk::open_read_only(args)) o.read_only = o.host_read_only = true;
+  // Only synchronous=full|extra make a commit survive a power loss.
+  if (o.sync == Sync::Normal || o.sync == Sync::Off)
+    toolnexus::sdk::clear_capabilities(args, TNX_CAP_DURABLE);
+  return new SqliteStore(std::move(o));
 }
 
 const char *const kSchemes[] = {"sqlite", nullptr};

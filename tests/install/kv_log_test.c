@@ -54,7 +54,7 @@ static tnx_str S(const char *s) {
 
 static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_root, name); }
 
-static tnx_status open_loc(const char *loc, tnx_store **s) {
+static tnx_status open_loc_flags(const char *loc, uint32_t flags, tnx_store **s) {
   tnx_open_args a;
   char sel[1100];
   memset(&a, 0, sizeof a);
@@ -63,9 +63,12 @@ static tnx_status open_loc(const char *loc, tnx_store **s) {
   a.scheme = S("kv");
   a.location = S(sel + 3);
   a.selector = S(sel);
+  a.flags = flags;
   g_err[0] = '\0';
   return g_d->open(&a, s, g_err, sizeof g_err);
 }
+
+static tnx_status open_loc(const char *loc, tnx_store **s) { return open_loc_flags(loc, 0, s); }
 
 /* Opens <root>/<name>[suffix]. */
 static tnx_status open_dir(const char *name, const char *suffix, tnx_store **s) {
@@ -314,6 +317,31 @@ static void test_lock(void) {
   CHECK(open_dir("a", "?salvage", &s2) == TNX_OK, "%s", g_err);
   close_store(s2);
   close_store(s);
+}
+
+/* ABI 1.2 TNX_OPEN_READ_ONLY: nothing created, reads work, writes refused,
+ * an unknown flag bit refused. */
+static void test_host_read_only(void) {
+  tnx_store *s;
+  got g;
+  char loc[1024], path[1100];
+  struct stat sb;
+  snprintf(loc, sizeof loc, "%s/ro-missing", g_root);
+  CHECK(open_loc_flags(loc, TNX_OPEN_READ_ONLY, &s) == TNX_ENOTFOUND && strstr(g_err, "ro-missing") != NULL,
+        "read-only open of a missing store: %s", g_err);
+  CHECK(stat(loc, &sb) != 0 && errno == ENOENT, "read-only open created %s", loc);
+  CHECK(open_dir("ro", "", &s) == TNX_OK, "%s", g_err);
+  CHECK(save(s, "t1", "{\"id\":\"t1\"}", TNX_VERSION_NONE, NULL) == TNX_OK, "%s", g_err);
+  close_store(s);
+  snprintf(loc, sizeof loc, "%s/ro", g_root);
+  CHECK(open_loc_flags(loc, TNX_OPEN_READ_ONLY, &s) == TNX_OK, "read-only open: %s", g_err);
+  CHECK(get(s, "t1", &g) == TNX_OK && strcmp(g.json, "{\"id\":\"t1\"}") == 0, "read-only get: %s", g_err);
+  CHECK(save(s, "t2", "{\"id\":\"t2\"}", TNX_VERSION_ANY, NULL) == TNX_EUNSUPPORTED, "read-only save: %s", g_err);
+  CHECK(del(s, "t1", TNX_VERSION_ANY) == TNX_EUNSUPPORTED, "read-only del: %s", g_err);
+  close_store(s);
+  CHECK(open_loc_flags(loc, 1u << 12, &s) == TNX_EUNSUPPORTED, "unknown open flag: %s", g_err);
+  path_of(path, sizeof path, "ro/" "tasks.kvlog");
+  CHECK(stat(path, &sb) == 0, "log missing: %s", path);
 }
 
 static void test_torn_tail(void) {
@@ -619,7 +647,7 @@ static void test_errors_and_locations(void) {
   /* A truncated message stays valid UTF-8: cut inside the e-acute of a
    * path that does not exist (salvage does not create it). */
   snprintf(loc, sizeof loc, "%s/caf\xc3\xa9-missing?salvage", g_root);
-  CHECK(open_loc(loc, &s) == TNX_EIO, "missing dir in salvage: %s", g_err);
+  CHECK(open_loc(loc, &s) == TNX_ENOTFOUND, "missing dir in salvage: %s", g_err);
   cut = (size_t)(strstr(g_err, "\xc3\xa9") - g_err);
   {
     tnx_open_args a;
@@ -692,6 +720,7 @@ int main(int argc, char **argv) {
   test_entry(entry);
   test_reopen_versions();
   test_lock();
+  test_host_read_only();
   test_torn_tail();
   test_corrupt_middle("mid-payload", 0);
   test_corrupt_middle("mid-header", 1);

@@ -314,6 +314,37 @@ TEST_CASE("a newer schema is refused; a table that is not ours is refused") {
   CHECK(m.find("does not exist") != std::string::npos);
 }
 
+TEST_CASE("read-only open (TNX_OPEN_READ_ONLY) creates no table and refuses writes") {
+  Admin admin;
+  const std::string table = unique("ro");
+  const std::string uri = with(pgtest::base_uri(), "tnx_table=" + table);
+  OpenOptions ro;
+  ro.read_only = true;
+  std::string m = expect_status(Status::not_found, [&] { resolve_store(uri, ro); });
+  CHECK_MESSAGE(m.find(table) != std::string::npos, m);
+  CHECK_MESSAGE(m.find("not created") != std::string::npos, m);
+  CHECK(admin.scalar("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = $1", {table}) == "0");
+
+  open_store(table)->save(make_task("t1", "c1", "working", 5));
+  auto s = resolve_store(uri, ro);
+  CHECK(s->info().read_only);
+  REQUIRE(s->get("t1").has_value());
+  CHECK(s->get("t1")->context_id == "c1");
+  CHECK(s->list(ListQuery{}).records.size() == 1);
+  expect_status(Status::unsupported, [&] { s->save(make_task("t2", "c1", "working", 6)); });
+  expect_status(Status::unsupported, [&] { s->remove("t1"); });
+  CHECK(admin.scalar("SELECT count(*) FROM " + table) == "1");
+
+  // A table at an older schema is not migrated by a read-only open.
+  const std::string old = unique("ro_old");
+  admin.exec(pg::Sql::create_meta());
+  for (const auto &q : pg::Sql(old).create_v2()) admin.exec(q);
+  admin.query("INSERT INTO toolnexus_schema (table_name, version) VALUES ($1, 1)", {old});
+  m = expect_status(Status::unsupported, [&] { resolve_store(with(pgtest::base_uri(), "tnx_table=" + old), ro); });
+  CHECK_MESSAGE(m.find("schema version 1") != std::string::npos, m);
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {old}) == "1");
+}
+
 TEST_CASE("replicas: 8 threads open stores on one fresh table at the same moment") {
   Admin admin;
   for (int round = 0; round < 3; ++round) {

@@ -47,6 +47,18 @@ struct PluginFailure {
 /// "thread-safe,paginated-list,..." for TNX_CAP_* bits.
 std::string capability_names(uint64_t caps);
 
+/// How a store is opened (PluginRegistry::open, resolve_store).
+struct OpenOptions {
+  /// Inspect only (TNX_OPEN_READ_ONLY, ABI 1.2): the plugin creates,
+  /// migrates and repairs nothing, and a location where nothing is stored
+  /// is StoreError(not_found) instead of a new empty store. save and remove
+  /// on the store throw StoreError(unsupported), whatever the plugin's ABI
+  /// minor; a plugin older than ABI 1.2 cannot be kept from creating the
+  /// location at open. Used by `toolnexus store get|list|check` and the
+  /// source of `store copy`.
+  bool read_only = false;
+};
+
 /// The plugin registry. Searches, in order: the directories of
 /// TOOLNEXUS_PLUGIN_PATH, the directories added with add_directory() (in the
 /// order added), then the default directory next to the running binary or the
@@ -109,11 +121,13 @@ class PluginRegistry {
   std::vector<std::string> schemes() const;
 
   /// Opens a store for "<scheme>:<location>" from the plugin serving the
-  /// scheme (loading plugins first if needed).
+  /// scheme (loading plugins first if needed), as `options` say.
   /// Throws std::invalid_argument when no plugin serves the scheme (message
   /// quotes the selector and lists the schemes available) and StoreError
-  /// when the plugin refuses to open (message names plugin and reason).
-  std::shared_ptr<TaskStore> open(std::string_view selector);
+  /// when the plugin refuses to open (message names plugin and reason;
+  /// not_found for a read-only open of a location with nothing stored;
+  /// internal when the plugin widened its capabilities, an ABI breach).
+  std::shared_ptr<TaskStore> open(std::string_view selector, const OpenOptions &options = {});
 
  private:
   struct Impl;
@@ -136,6 +150,10 @@ std::shared_ptr<TaskStore> resolve_store();
 /// could not open the location).
 std::shared_ptr<TaskStore> resolve_store(std::string_view selector);
 std::shared_ptr<TaskStore> resolve_store(std::string_view selector, PluginRegistry &registry);
+/// The same with OpenOptions (e.g. read_only for inspection). "" and
+/// "memory" still give a new, empty memory store.
+std::shared_ptr<TaskStore> resolve_store(std::string_view selector, const OpenOptions &options,
+                                         PluginRegistry &registry = PluginRegistry::global());
 /// Overload so that a string literal picks the selector form.
 inline std::shared_ptr<TaskStore> resolve_store(const char *selector) {
   return resolve_store(std::string_view(selector == nullptr ? "" : selector));

@@ -102,8 +102,13 @@ struct StoreInfo {
   std::string plugin_version;
   /// Path of the plugin library ("" for a C++ store).
   std::string plugin_path;
-  /// TNX_CAP_* bits (see sdk task_store.h).
+  /// TNX_CAP_* bits (see sdk task_store.h) that hold for this store: the
+  /// plugin's, narrowed by the plugin for this location (ABI 1.2; e.g.
+  /// sqlite with synchronous=off is not durable).
   uint64_t capabilities = 0;
+  /// Opened with OpenOptions::read_only: save and remove throw
+  /// StoreError(unsupported).
+  bool read_only = false;
 };
 
 /// The store interface. Implementations are thread-safe: every method may be

@@ -87,7 +87,37 @@ class Store {
   virtual std::string list(const tnx_list_query &q, const RecordOut &out) = 0;
   /// Flushes; called once before destruction. Throw Error(TNX_EIO) on loss.
   virtual void close() {}
+
+  /// True when the host opened this store with TNX_OPEN_READ_ONLY. Set by
+  /// open_trampoline before the store is handed out; save and del are then
+  /// refused with TNX_EUNSUPPORTED before they reach the subclass.
+  bool read_only() const noexcept { return read_only_; }
+
+ private:
+  template <Store *(*Open)(const tnx_open_args &)>
+  friend tnx_status open_trampoline(const tnx_open_args *, tnx_store **, char *, uint32_t) noexcept;
+  bool read_only_ = false;
 };
+
+/// The TNX_OPEN_* flags the host sent (0 from a host older than ABI 1.2,
+/// which never asks for a read-only open).
+inline uint32_t open_flags(const tnx_open_args &a) noexcept {
+  return TNX_HAS_FIELD(&a, tnx_open_args, flags) ? a.flags : 0u;
+}
+
+/// True when the host asked for TNX_OPEN_READ_ONLY: create, migrate and
+/// repair nothing; TNX_ENOTFOUND when nothing is stored at the location.
+inline bool open_read_only(const tnx_open_args &a) noexcept {
+  return (open_flags(a) & TNX_OPEN_READ_ONLY) != 0;
+}
+
+/// Clears capability `bits` for the store being opened (for example
+/// TNX_CAP_DURABLE under synchronous=off). No-op when the host (older than
+/// ABI 1.2, or not interested) passed no capabilities pointer.
+inline void clear_capabilities(const tnx_open_args &a, uint64_t bits) noexcept {
+  if (TNX_HAS_FIELD(&a, tnx_open_args, capabilities) && a.capabilities != nullptr)
+    *a.capabilities &= ~bits;
+}
 
 namespace detail {
 template <class F>
@@ -142,6 +172,8 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           for (tnx_str f : {rec->id, rec->context_id, rec->state, rec->owner, rec->tenant, rec->task_json})
             detail::check_str(f, "save: a record field");
           if (rec->task_json.len == 0) throw Error(TNX_EINVAL, "save: empty task_json");
+          if (detail::as_store(s)->read_only())
+            throw Error(TNX_EUNSUPPORTED, "save: the store was opened read-only");
           *out = detail::as_store(s)->save(*rec, expected);
           return TNX_OK;
         });
@@ -152,6 +184,8 @@ inline const tnx_store_vtable *store_vtable() noexcept {
         return detail::guarded(err, cap, [&] {
           detail::check_str(id, "delete: id");
           if (id.len == 0) throw Error(TNX_EINVAL, "delete: empty task id");
+          if (detail::as_store(s)->read_only())
+            throw Error(TNX_EUNSUPPORTED, "delete: the store was opened read-only");
           detail::as_store(s)->del(view(id), expected);
           return TNX_OK;
         });
@@ -193,7 +227,14 @@ tnx_status open_trampoline(const tnx_open_args *args, tnx_store **out, char *err
   return detail::guarded(err, cap, [&] {
     if (args == nullptr || args->header.abi_major != TNX_ABI_MAJOR)
       throw Error(TNX_EINVAL, "open: missing arguments or different ABI major");
-    *out = reinterpret_cast<tnx_store *>(Open(*args));
+    const uint32_t unknown = open_flags(*args) & ~TNX_OPEN_ALL;
+    if (unknown != 0)
+      throw Error(TNX_EUNSUPPORTED, "open: unknown TNX_OPEN_* flag bits " + std::to_string(unknown) +
+                                        " (this plugin knows ABI " + std::to_string(TNX_ABI_MAJOR) +
+                                        "." + std::to_string(TNX_ABI_MINOR) + ")");
+    Store *st = Open(*args);
+    st->read_only_ = open_read_only(*args);
+    *out = reinterpret_cast<tnx_store *>(st);
     return TNX_OK;
   });
 }

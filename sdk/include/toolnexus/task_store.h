@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.1.
+ * storage plugin. ABI version 1.2.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -74,8 +74,10 @@ extern "C" {
 #define TNX_ABI_MAJOR 1
 /** ABI minor version. Grows when a struct grows; older minors keep loading.
  *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax,
- *  tnx_list_query.deliver_corrupt. */
-#define TNX_ABI_MINOR 1
+ *  tnx_list_query.deliver_corrupt. 1.2: tnx_open_args.flags
+ *  (TNX_OPEN_READ_ONLY) and tnx_open_args.capabilities (per-store
+ *  capabilities). */
+#define TNX_ABI_MINOR 2
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
 #define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
@@ -459,15 +461,44 @@ typedef struct tnx_open_args {
   /** The whole selector as the user wrote it. May contain secrets: never put
    *  it in an error message as is. */
   tnx_str selector;
+
+  /* ---- ABI 1.2: read only when TNX_HAS_FIELD(args, tnx_open_args, m);
+   *      a 1.0/1.1 host did not send them (treat as 0 / NULL) ---- */
+
+  /** TNX_OPEN_* bits; unknown bits must be refused with TNX_EUNSUPPORTED
+   *  (a plugin never ignores a request it does not understand). */
+  uint32_t flags;
+  /** Reserved, 0. */
+  uint32_t reserved0;
+  /** In/out, may be NULL. The host stores the descriptor's capabilities
+   *  here before the call; on TNX_OK the plugin may clear bits that do not
+   *  hold for this store (e.g. TNX_CAP_DURABLE when opened with
+   *  synchronous=off). Setting a bit the descriptor lacks is an ABI error.
+   *  Borrowed for the duration of the call. */
+  uint64_t *capabilities;
 } tnx_open_args;
+
+/** open flag: the host will only call get, list and close on this store
+ *  (inspection: `toolnexus store get|list|check`, the source of a copy).
+ *  The plugin must create, migrate and repair nothing while opening (no
+ *  directory, file, table, schema change or clean-up of stray files); when
+ *  no store exists at the location it returns TNX_ENOTFOUND naming the
+ *  location. save and del on such a store return TNX_EUNSUPPORTED.
+ *  A plugin older than ABI 1.2 never sees this flag; the host then still
+ *  refuses save/del itself but cannot stop open from creating. */
+#define TNX_OPEN_READ_ONLY ((uint32_t)1u << 0)
+/** Every TNX_OPEN_* bit of this ABI version. */
+#define TNX_OPEN_ALL TNX_OPEN_READ_ONLY
 
 /**
  * open: creates a store for `args->location`. On TNX_OK, *out_store receives
  * a store that stays valid until close(). On failure *out_store is untouched
  * and the message says what was wrong with the location and where.
- * Returns TNX_OK, TNX_EINVAL (bad location or option), TNX_EIO, TNX_ECORRUPT
- * (existing data unreadable), TNX_EUNSUPPORTED (e.g. schema too new),
- * TNX_EINTERNAL. Thread-safe: may be called concurrently.
+ * Returns TNX_OK, TNX_EINVAL (bad location or option), TNX_ENOTFOUND (with
+ * TNX_OPEN_READ_ONLY: nothing is stored at the location), TNX_EIO,
+ * TNX_ECORRUPT (existing data unreadable), TNX_EUNSUPPORTED (e.g. schema too
+ * new, an unknown TNX_OPEN_* bit), TNX_EINTERNAL.
+ * Thread-safe: may be called concurrently.
  */
 typedef tnx_status (*tnx_open_fn)(const tnx_open_args *args,
                                   tnx_store **out_store, char *err,
