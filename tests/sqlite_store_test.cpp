@@ -937,6 +937,10 @@ TEST_CASE("TNX_OPEN_READ_ONLY: creates nothing, reads, refuses writes; per-store
   CHECK(s.del("t").st == TNX_EUNSUPPORTED);
   s.close();
   CHECK(fs::file_size(db) == size_before);
+  // SQLite's own -wal and -shm files are gone again: the directory is as
+  // the writer left it (a SQLITE_OPEN_READONLY handle would leave them).
+  CHECK_FALSE(fs::exists(db + "-wal"));
+  CHECK_FALSE(fs::exists(db + "-shm"));
   Store w;
   must_open(w, db);
   CHECK(must_get(w, "t").time == 7);

@@ -53,7 +53,9 @@
 //       save and del fail with TNX_EUNSUPPORTED naming the path. The host's
 //       TNX_OPEN_READ_ONLY (ABI 1.2) means the same. A file the process may
 //       not write to opens under mode=rw too, but save and del then fail with
-//       TNX_EIO (a permission problem, not a choice).
+//       TNX_EIO (a permission problem, not a choice). mode=ro opens with
+//       SQLITE_OPEN_READONLY (for read-only media), so SQLite may leave the
+//       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not.
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 2, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -184,7 +186,13 @@ struct Options {
   size_t max_batch = 64;
   /// mode=ro, or the host's TNX_OPEN_READ_ONLY.
   bool read_only = false;
-  /// True when read_only came from TNX_OPEN_READ_ONLY (for messages).
+  /// True when read_only came from TNX_OPEN_READ_ONLY and not mode=ro. The
+  /// connections are then opened read-write without create, but
+  /// query_only: SQLite can then remove the -wal and -shm files it makes
+  /// when the last connection closes, so an inspection leaves the directory
+  /// as it found it. (A SQLITE_OPEN_READONLY connection cannot, and would
+  /// leave them behind.) mode=ro keeps SQLITE_OPEN_READONLY, for read-only
+  /// media.
   bool host_read_only = false;
 };
 
@@ -488,8 +496,8 @@ class Conn {
   /// o.read_only) or reader (never creates, query_only). Throws Error.
   Conn(const Options &o, Role role) : opt_(o) {
     int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE;
-    if (o.read_only) flags |= SQLITE_OPEN_READONLY;
-    else if (role == Role::Writer) flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (o.read_only && !o.host_read_only) flags |= SQLITE_OPEN_READONLY;
+    else if (role == Role::Writer && !o.read_only) flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     else flags |= SQLITE_OPEN_READWRITE;
     const int rc = sqlite3_open_v2(o.path.c_str(), &db_, flags, nullptr);
     if (rc != SQLITE_OK) {
@@ -507,7 +515,7 @@ class Conn {
     // Hardening: the file may come from elsewhere; no schema-borne surprises.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-    if (role == Role::Reader) exec("PRAGMA query_only = 1");
+    if (role == Role::Reader || o.read_only) exec("PRAGMA query_only = 1");
   }
 
   Conn(const Conn &) = delete;
@@ -1488,7 +1496,10 @@ class SqliteStore final : public toolnexus::sdk::Store {
 
 toolnexus::sdk::Store *open_sqlite(const tnx_open_args &args) {
   Options o = parse_location(view(args.location));
-  if (toolnexus::sdk::open_read_only(args)) o.read_only = o.host_read_only = true;
+  if (toolnexus::sdk::open_read_only(args)) {
+    o.host_read_only = !o.read_only;  // an explicit mode=ro keeps SQLITE_OPEN_READONLY
+    o.read_only = true;
+  }
   // Only synchronous=full|extra make a commit survive a power loss.
   if (o.sync == Sync::Normal || o.sync == Sync::Off)
     toolnexus::sdk::clear_capabilities(args, TNX_CAP_DURABLE);
