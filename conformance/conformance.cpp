@@ -422,6 +422,39 @@ void closed_store(const StoreFactory &fresh) {
   EXPECT(threw, "get on a closed store did not throw");
 }
 
+// ABI 1.2 TNX_OPEN_READ_ONLY, through the host: a read-only open of a
+// location sees what was saved there (persistent stores), and every write
+// through it is refused with unsupported, changing nothing.
+void read_only_rule(const StoreFactory &fresh) {
+  if (!fresh.can_reopen()) throw Skipped("the store factory cannot reopen a location");
+  Task t = make_task("ro-1", "c", "working", 5, ",\"metadata\":{\"k\":1}");
+  bool persistent = false;
+  {
+    auto w = fresh();
+    w->save(t);
+    persistent = (w->info().capabilities & TNX_CAP_PERSISTENT) != 0;
+    w->close();  // some stores admit one writer at a time (a lock on the location)
+  }
+  OpenOptions ro;
+  ro.read_only = true;
+  auto r = fresh.reopen(ro);
+  EXPECT(r->info().read_only, "info().read_only is false on a read-only open");
+  if (persistent) {
+    auto got = r->get("ro-1");
+    EXPECT(got.has_value(), "a read-only open does not see the Task saved before");
+    EXPECT(got->json == t.to_json(), "read-only get returned other bytes: " + got->json);
+    EXPECT(ids_of(list_all(*r, ListQuery{})) == std::vector<std::string>{"ro-1"}, "read-only list");
+  }
+  expect_status(Status::unsupported, [&] { r->save(make_task("ro-2", "c", "working", 6)); }, "save when read-only");
+  expect_status(Status::unsupported, [&] { r->remove("ro-1"); }, "delete when read-only");
+  r->close();
+  if (persistent) {
+    auto w = fresh.reopen(OpenOptions{});
+    EXPECT(w->get("ro-1").has_value(), "the Task is gone after a refused delete");
+    EXPECT(!w->get("ro-2").has_value(), "a refused save was stored");
+  }
+}
+
 void info_rule(const StoreFactory &fresh) {
   auto s = fresh();
   StoreInfo i = s->info();
@@ -448,6 +481,7 @@ const std::vector<Rule> kRules = {
     {"concurrency", "8 threads saving, reading and CAS-incrementing lose and tear nothing", concurrency},
     {"close", "close is idempotent and a closed store refuses calls", closed_store},
     {"info", "info() names the scheme and only known capability bits", info_rule},
+    {"read-only-open", "a read-only open reads what is stored and refuses every write (ABI 1.2)", read_only_rule},
 };
 
 std::mutex g_tmp_mu;
@@ -467,6 +501,9 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter) {
     try {
       r.run(fresh);
       res.passed = true;
+    } catch (const Skipped &e) {
+      res.skipped = true;
+      res.message = e.what();
     } catch (const std::exception &e) {
       res.message = e.what();
     } catch (...) {
@@ -479,7 +516,8 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter) {
 }
 
 StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry) {
-  return [tmpl = std::move(selector_template), &registry]() {
+  auto last = std::make_shared<std::string>();
+  auto make = [tmpl = std::move(selector_template), &registry, last]() {
     std::string sel = tmpl;
     if (sel.find("{unique}") != std::string::npos) {
       // Process-wide, so tokens never repeat across factories of one run.
@@ -499,8 +537,14 @@ StoreFactory selector_factory(std::string selector_template, PluginRegistry &reg
       size_t p;
       while ((p = sel.find("{tmp}")) != std::string::npos) sel.replace(p, 5, pattern);
     }
+    *last = sel;
     return resolve_store(sel, registry);
   };
+  auto reopen = [&registry, last](const OpenOptions &options) {
+    if (last->empty()) throw std::logic_error("reopen before any store was made");
+    return resolve_store(*last, options, registry);
+  };
+  return StoreFactory(std::move(make), std::move(reopen));
 }
 
 void cleanup_temp_dirs() {

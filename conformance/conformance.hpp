@@ -15,12 +15,51 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace toolnexus::conformance {
 
-/// Makes a fresh, empty store; called once or more per rule. May throw.
-using StoreFactory = std::function<std::shared_ptr<TaskStore>()>;
+/// Makes fresh, empty stores for the rules (operator(), called once or
+/// more per rule; may throw). Optionally it can also reopen the location of
+/// the last store it made with other OpenOptions (reopen()); the rules that
+/// need that are skipped for a factory without it. Copies share state.
+/// Not thread-safe: rules call it from one thread.
+class StoreFactory {
+ public:
+  using Make = std::function<std::shared_ptr<TaskStore>()>;
+  using Reopen = std::function<std::shared_ptr<TaskStore>(const OpenOptions &)>;
+
+  /// From any callable returning std::shared_ptr<TaskStore> (a lambda).
+  template <class F, class = std::enable_if_t<std::is_invocable_r_v<std::shared_ptr<TaskStore>, F &>>>
+  StoreFactory(F make) : make_(std::move(make)) {}  // NOLINT: implicit on purpose
+  /// With a reopen function: `reopen(options)` opens the location of the
+  /// store `make` made last.
+  StoreFactory(Make make, Reopen reopen) : make_(std::move(make)), reopen_(std::move(reopen)) {}
+
+  /// A fresh, empty store.
+  std::shared_ptr<TaskStore> operator()() const { return make_(); }
+  /// True when reopen() is available.
+  bool can_reopen() const noexcept { return static_cast<bool>(reopen_); }
+  /// The location of the last store made, opened again with `options`.
+  /// Throws std::logic_error without a reopen function, or what opening
+  /// throws.
+  std::shared_ptr<TaskStore> reopen(const OpenOptions &options) const {
+    if (!reopen_) throw std::logic_error("this store factory cannot reopen a location");
+    return reopen_(options);
+  }
+
+ private:
+  Make make_;
+  Reopen reopen_;
+};
+
+/// Thrown by a rule that does not apply (e.g. needs reopen()); the result
+/// is reported as skipped, with this message.
+class Skipped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 /// A broken expectation: what was expected, what happened, where.
 class Failure : public std::runtime_error {
@@ -45,7 +84,9 @@ const std::vector<Rule> &rules();
 struct Result {
   std::string rule;
   bool passed = false;
-  /// Why it failed ("" when passed).
+  /// The rule did not apply (passed is false too); message says why.
+  bool skipped = false;
+  /// Why it failed or was skipped ("" when passed).
   std::string message;
   double seconds = 0;
 };
@@ -59,7 +100,7 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter = "
 /// cleanup_temp_dirs()) and every "{unique}" with a token ([0-9_]) unique to
 /// that store (for backends whose fresh stores share one server and differ
 /// by a name, e.g. postgresql://...?tnx_table=conf_{unique}), then resolves
-/// it with `registry`.
+/// it with `registry`. Its reopen() resolves the last selector made again.
 StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry);
 
 /// Removes the temporary directories made by selector_factory factories.

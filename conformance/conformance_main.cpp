@@ -70,13 +70,16 @@ int main(int argc, char **argv) {
     return 2;
   }
   auto results = conformance::run(fresh, filter);
-  int failed = 0;
+  int failed = 0, skipped = 0;
   for (const auto &r : results) {
-    std::printf("%s %-28s %7.3fs%s%s\n", r.passed ? "PASS" : "FAIL", r.rule.c_str(), r.seconds,
-                r.passed ? "" : "  ", r.message.c_str());
-    if (!r.passed) ++failed;
+    std::printf("%s %-28s %7.3fs%s%s\n", r.passed ? "PASS" : r.skipped ? "SKIP" : "FAIL", r.rule.c_str(),
+                r.seconds, r.passed ? "" : "  ", r.message.c_str());
+    if (r.skipped) ++skipped;
+    else if (!r.passed) ++failed;
   }
-  std::printf("%zu passed, %d failed\n", results.size() - static_cast<size_t>(failed), failed);
+  std::printf("%zu passed, %d failed", results.size() - static_cast<size_t>(failed + skipped), failed);
+  if (skipped != 0) std::printf(", %d skipped", skipped);
+  std::printf("\n");
   conformance::cleanup_temp_dirs();
   return failed == 0 ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "conformance.hpp"
+#include "test_util.hpp"
 
 #include <map>
 
@@ -61,11 +62,38 @@ bool rule_fails(Lie lie, const char *rule) {
 }
 }  // namespace
 
-TEST_CASE("an honest wrapper passes every rule") {
+TEST_CASE("an honest wrapper passes every rule; one that cannot reopen skips only read-only-open") {
   for (const auto &r : conformance::run([] { return resolve_store("memory"); })) {
+    INFO(r.rule << ": " << r.message);
+    if (r.rule == "read-only-open") CHECK(r.skipped);
+    else CHECK(r.passed);
+  }
+  auto results = conformance::run(conformance::selector_factory("memory", PluginRegistry::global()));
+  CHECK(results.size() == conformance::rules().size());
+  for (const auto &r : results) {
     INFO(r.rule << ": " << r.message);
     CHECK(r.passed);
   }
+}
+
+TEST_CASE("read-only-open catches a reopen that ignores read_only, and one that loses the data") {
+  const std::filesystem::path dir = tnx_test::temp_dir("tnx-catches");
+  const std::string sel = "file:" + dir.string();
+  // Ignores the options: hands out a writable store.
+  conformance::StoreFactory writable([&] { return resolve_store(sel); },
+                                     [&](const OpenOptions &) { return resolve_store(sel); });
+  auto r = conformance::run(writable, "read-only-open");
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].passed);
+  CHECK_MESSAGE(r[0].message.find("read_only") != std::string::npos, r[0].message);
+  // Opens somewhere else: the persistent store's Task is not there.
+  conformance::StoreFactory elsewhere([&] { return resolve_store(sel); },
+                                      [&](const OpenOptions &o) { return resolve_store("memory", o); });
+  r = conformance::run(elsewhere, "read-only-open");
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].passed);
+  CHECK_MESSAGE(r[0].message.find("does not see the Task") != std::string::npos, r[0].message);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the suite catches each lie") {
