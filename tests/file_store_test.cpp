@@ -433,6 +433,24 @@ TEST_CASE("TNX_OPEN_READ_ONLY: a missing directory is ENOTFOUND and not created;
   CHECK(s == nullptr);
 }
 
+TEST_CASE("messages: a NUL or newline in an id does not cut or forge the message; long ids cut on a UTF-8 boundary") {
+  TempDir t;
+  Store st(t.path);
+  Result r = st.del(std::string("a\0b\nc", 5));
+  CHECK(r.rc == TNX_ENOTFOUND);
+  CHECK_MESSAGE(r.err.find("'a\\x00b\\x0ac'") != std::string::npos, r.err);
+  std::string long_id;
+  for (int i = 0; i < 200; ++i) long_id += "\xC3\xA9";  // 400 bytes of e-acute
+  r = st.del(long_id);
+  CHECK(r.rc == TNX_ENOTFOUND);
+  const size_t open = r.err.find('\'');
+  const size_t dots = r.err.find("...'");
+  REQUIRE(open != std::string::npos);
+  REQUIRE(dots != std::string::npos);
+  CHECK((dots - open - 1) % 2 == 0);  // whole two-byte sequences only
+  CHECK(dots - open - 1 <= 128);
+}
+
 TEST_CASE("layout: a plain id is stored as exactly <dir>/<id>.json holding the saved bytes") {
   TempDir t;
   Store st(t.path);

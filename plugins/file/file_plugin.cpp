@@ -137,6 +137,7 @@ namespace {
 using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::view;
+using toolnexus::sdk::quote;
 
 // ---------------------------------------------------------------------------
 // Small helpers
@@ -168,29 +169,6 @@ bool starts_with(std::string_view s, std::string_view p) noexcept {
 }
 bool ends_with(std::string_view s, std::string_view p) noexcept {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
-// An id as it appears in a message: printable ASCII kept, other bytes as
-// \xHH (so the message stays UTF-8), cut after 80 bytes.
-std::string quote(std::string_view id) {
-  static const char *hex = "0123456789ABCDEF";
-  std::string out = "'";
-  for (size_t i = 0; i < id.size(); ++i) {
-    if (out.size() > 80) {
-      out += "...";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(id[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += "\\x";
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    }
-  }
-  out.push_back('\'');
-  return out;
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -17,6 +17,7 @@ namespace {
 using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::view;
+using toolnexus::sdk::quote;
 
 struct Entry {
   std::string context_id, state, owner, tenant, json;
@@ -49,7 +50,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     auto it = tasks_.find(id);
     const uint64_t current = it == tasks_.end() ? 0 : it->second.version;
     if (expected != TNX_VERSION_ANY && expected != current)
-      throw Error(TNX_ECONFLICT, "save of task '" + id + "': expected version " +
+      throw Error(TNX_ECONFLICT, "save of task " + quote(id) + ": expected version " +
                                      std::to_string(expected) + ", stored " + std::to_string(current));
     if (it == tasks_.end()) {
       it = tasks_.emplace(id, Entry{}).first;
@@ -74,9 +75,9 @@ class MemoryStore final : public toolnexus::sdk::Store {
     std::string id(id_view);
     std::unique_lock lock(mu_);
     auto it = tasks_.find(id);
-    if (it == tasks_.end()) throw Error(TNX_ENOTFOUND, "no task with id '" + id + "'");
+    if (it == tasks_.end()) throw Error(TNX_ENOTFOUND, "no task with id " + quote(id));
     if (expected != TNX_VERSION_ANY && expected != it->second.version)
-      throw Error(TNX_ECONFLICT, "delete of task '" + id + "': expected version " +
+      throw Error(TNX_ECONFLICT, "delete of task " + quote(id) + ": expected version " +
                                      std::to_string(expected) + ", stored " +
                                      std::to_string(it->second.version));
     order_.erase({it->second.time_us, id});

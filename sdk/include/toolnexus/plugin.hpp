@@ -38,11 +38,28 @@ inline constexpr size_t kRecordV10Size = offsetof(tnx_task_record, version) + si
 inline constexpr size_t kQueryV10Size = offsetof(tnx_list_query, omit_json) + 2 * sizeof(uint32_t);
 
 /// Caller text (an id, an option value) for a message: in single quotes, cut
-/// to `max` bytes with "..." so a hostile input cannot flood a log.
+/// to at most `max` bytes with "..." so a hostile input cannot flood a log,
+/// never inside a UTF-8 sequence; control bytes (NUL, newline, ...) appear
+/// as \xHH so they can neither end the C message nor forge log lines.
 inline std::string quote(std::string_view s, size_t max = 128) {
   std::string out = "'";
-  if (s.size() > max) out.append(s.substr(0, max)).append("...");
-  else out.append(s);
+  size_t n = s.size() > max ? max : s.size();
+  // Never cut a UTF-8 sequence in two: back off to the start of the
+  // sequence that the cut would split.
+  if (n < s.size())
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  static const char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      // Control bytes (NUL above all: it would end the C error message).
+      out.append("\\x").push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (n < s.size()) out.append("...");
   out.push_back('\'');
   return out;
 }
@@ -158,7 +175,7 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           detail::check_str(id, "get: id");
           if (id.len == 0) throw Error(TNX_EINVAL, "get: empty task id");
           if (!detail::as_store(s)->get(view(id), RecordOut(sink, ctx)))
-            throw Error(TNX_ENOTFOUND, "no task with id '" + std::string(view(id)) + "'");
+            throw Error(TNX_ENOTFOUND, "no task with id " + quote(view(id)));
           return TNX_OK;
         });
       },
