@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -41,6 +42,25 @@ int usage_error(const std::string &msg) {
 
 std::string read_all(std::istream &in) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// True when selectors `a` and `b` name the same store as far as the CLI can
+// tell: equal text, or file:/sqlite: paths (before any "?options") that lead
+// to the same place. Other schemes compare by text only.
+bool same_location(const std::string &a, const std::string &b) {
+  if (a == b) return true;
+  const size_t ca = a.find(':'), cb = b.find(':');
+  if (ca == std::string::npos || cb == std::string::npos || a.compare(0, ca, b, 0, cb) != 0) return false;
+  const std::string scheme = a.substr(0, ca);
+  if (scheme != "file" && scheme != "sqlite") return false;
+  auto path_of = [&](const std::string &s, size_t colon) {
+    std::string p = s.substr(colon + 1);
+    if (scheme == "sqlite") p = p.substr(0, p.find('?'));
+    std::error_code ec;
+    auto c = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+    return ec ? std::filesystem::path(p).lexically_normal() : c;
+  };
+  return path_of(a, ca) == path_of(b, cb);
 }
 
 std::string time_text(int64_t us) { return us == kNoTime ? "-" : format_timestamp(us); }
@@ -189,6 +209,9 @@ int cmd_list(const Options &o) {
 
 int cmd_rm(const Options &o) {
   if (o.positional.size() != 3) return usage_error("rm takes SELECTOR ID");
+  // A read-only look first, so that a mistyped selector is "no store at
+  // ..." (exit 2) rather than a new empty store with no such Task.
+  resolve_store(o.positional[1], kInspect)->close();
   auto s = resolve_store(o.positional[1]);
   try {
     s->remove(o.positional[2]);
@@ -203,6 +226,11 @@ int cmd_rm(const Options &o) {
 
 int cmd_copy(const Options &o) {
   if (o.positional.size() != 3) return usage_error("copy takes FROM TO");
+  if (same_location(o.positional[1], o.positional[2])) {
+    std::cerr << "toolnexus store copy: FROM and TO are the same store ('" << o.positional[1] << "' and '"
+              << o.positional[2] << "'); nothing copied\n";
+    return 2;
+  }
   auto from = resolve_store(o.positional[1], kInspect);
   auto to = resolve_store(o.positional[2]);
   ListQuery q;

@@ -160,7 +160,7 @@ TEST_CASE("get, list, check and copy's source create nothing: a missing store is
     const std::string where = sel.rfind("sqlite:", 0) == 0 ? db.string() : files.string();
     for (const std::vector<std::string> &cmd :
          {std::vector<std::string>{"store", "get", sel, "t1"}, {"store", "list", sel}, {"store", "check", sel},
-          {"store", "copy", sel, "file:" + (dir / "dest").string()}}) {
+          {"store", "copy", sel, "file:" + (dir / "dest").string()}, {"store", "rm", sel, "t1"}}) {
       CAPTURE(cmd[1]);
       Run r = run(cmd);
       CHECK(r.code == 2);
@@ -177,6 +177,19 @@ TEST_CASE("get, list, check and copy's source create nothing: a missing store is
   REQUIRE(run({"store", "put", sel}, task_json("t1", "c1", "working", 1)).code == 0);
   CHECK(run({"store", "get", sel, "t1"}).out == task_json("t1", "c1", "working", 1) + "\n");
   CHECK(run({"store", "check", sel}).out == "1 sound, 0 bad\n");
+
+  // Copying a store onto itself is refused, however the path is spelled.
+  const std::string files_sel = "file:" + (dir / "fs").string();
+  REQUIRE(run({"store", "put", files_sel}, task_json("t1", "c1", "working", 1)).code == 0);
+  const auto mtime = fs::last_write_time(dir / "fs" / "t1.json");
+  for (const auto &[from, to] : std::vector<std::pair<std::string, std::string>>{
+           {sel, sel}, {sel, sel + "?synchronous=normal"}, {files_sel, files_sel + "/"},
+           {files_sel, "file:" + (dir / "fs" / "." / "..").string() + "/fs"}}) {
+    Run r = run({"store", "copy", from, to});
+    CHECK_MESSAGE(r.code == 2, from << " -> " << to);
+    CHECK_MESSAGE(r.err.find("same store") != std::string::npos, r.err);
+  }
+  CHECK(fs::last_write_time(dir / "fs" / "t1.json") == mtime);
   fs::remove_all(dir);
 }
 

@@ -971,6 +971,23 @@ TEST_CASE("TNX_OPEN_READ_ONLY: creates nothing, reads, refuses writes; per-store
   }
 }
 
+TEST_CASE("errors: a FIFO, a directory are refused at once as not regular files (read-only too)") {
+  TempDir dir;
+  const std::string fifo = dir / "f.db";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_directories(dir / "d.db");
+  for (uint32_t flags : {0u, uint32_t(TNX_OPEN_READ_ONLY)}) {
+    Store s;
+    Res o = s.open(fifo, flags);  // would block forever in open(2) if tried
+    CHECK(o.st == TNX_EINVAL);
+    CHECK_MESSAGE(contains(o.err, "a FIFO"), o.err);
+    o = s.open(dir / "d.db", flags);
+    CHECK(o.st == TNX_EINVAL);
+    CHECK_MESSAGE(contains(o.err, "a directory"), o.err);
+    CHECK_MESSAGE(!contains(o.err, "mode=ro"), o.err);
+  }
+}
+
 TEST_CASE("errors: read-only database (mode=ro), save/del are UNSUPPORTED naming the path") {
   TempDir dir;
   const std::string db = dir / "ro.db";

@@ -860,7 +860,9 @@ class FileStore final : public toolnexus::sdk::Store {
     }
   }
 
-  std::string path(std::string_view name) const { return path_ + "/" + std::string(name); }
+  std::string path(std::string_view name) const {
+    return (path_ == "/" ? path_ : path_ + "/") + std::string(name);
+  }
 
   // Save input check: the JSON must be a Task whose index fields are the
   // record's (what we write must read back as what was saved).
@@ -1208,7 +1210,20 @@ toolnexus::sdk::Store *open_file(const tnx_open_args &args) {
     cwd.resize(std::strlen(cwd.c_str()));
     abs = (cwd == "/" ? cwd : cwd + "/") + loc;
   }
-  while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  // Drop "." segments and repeated slashes, so messages show the path
+  // plainly ("/srv/./tasks/" -> "/srv/tasks"). ".." stays: through a
+  // symlink it may mean something other than its text.
+  {
+    std::string clean;
+    size_t i = 0;
+    while (i < abs.size()) {
+      const size_t j = abs.find('/', i + 1);
+      const std::string seg = abs.substr(i, (j == std::string::npos ? abs.size() : j) - i);  // "/name"
+      if (seg != "/" && seg != "/.") clean += seg;
+      i = j == std::string::npos ? abs.size() : j;
+    }
+    abs = clean.empty() ? "/" : clean;
+  }
   const bool read_only = toolnexus::sdk::open_read_only(args);
   if (!read_only) make_dirs(abs);
   Fd fd(::open(abs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -503,7 +503,7 @@ class Conn {
     if (rc != SQLITE_OK) {
       const int sys = db_ != nullptr ? sqlite3_system_errno(db_) : 0;
       std::string msg = "sqlite: cannot open database '" + o.path + "'" +
-                        (o.read_only ? " (mode=ro)" : "") + ": " +
+                        (o.read_only ? (o.host_read_only ? " (read-only)" : " (mode=ro)") : "") + ": " +
                         (db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
       if (sys != 0) msg += " (" + errno_text(sys) + ")";
       sqlite3_close(db_);
@@ -535,6 +535,15 @@ class Conn {
   }
 
   sqlite3 *db() const noexcept { return db_; }
+
+  /// Why SQLite may want to write even to read something: said with
+  /// SQLITE_READONLY errors, which otherwise look absurd for a read.
+  std::string read_only_hint() const {
+    return "; to read a WAL database SQLite must create '" + opt_.path +
+           "-shm' (and -wal) unless they exist, and a crashed writer's hot journal must be rolled "
+           "back: both need write access to the file and its directory (or a running process "
+           "that has it open)";
+  }
   const Options &options() const noexcept { return opt_; }
 
   /// An Error describing failure `rc` of this connection: the TNX code and a
@@ -570,7 +579,9 @@ class Conn {
       case SQLITE_READONLY:
         return SqlError(TNX_EIO,
                         pre + "database '" + p + "' is read-only" +
-                            (opt_.read_only ? " (opened with mode=ro)" : "") + ": " + detail,
+                            (opt_.read_only ? (opt_.host_read_only ? " (opened read-only)" : " (opened with mode=ro)")
+                                            : "") +
+                            ": " + detail + read_only_hint(),
                         rc);
       case SQLITE_CANTOPEN:
         return SqlError(TNX_EIO, pre + "cannot open database '" + p + "': " + detail + os, rc);
@@ -976,9 +987,19 @@ class SqliteStore final : public toolnexus::sdk::Store {
       throw Error(TNX_EUNSUPPORTED, std::string("sqlite: libsqlite3 ") + sqlite3_libversion() +
                                         " is too old; toolnexus-sqlite needs 3.31.0 or newer");
     if (!opt_.read_only) make_parent_directories(opt_.path);
-    else if (struct stat st {}; ::stat(opt_.path.c_str(), &st) != 0 && errno == ENOENT)
-      throw Error(TNX_ENOTFOUND, "sqlite: no database at '" + opt_.path + "' (opened read-only, " +
-                                     "so it was not created)");
+    struct stat st {};
+    if (::stat(opt_.path.c_str(), &st) != 0) {
+      if (errno == ENOENT && opt_.read_only)
+        throw Error(TNX_ENOTFOUND, "sqlite: no database at '" + opt_.path + "' (opened read-only, " +
+                                       "so it was not created)");
+    } else if (!S_ISREG(st.st_mode)) {
+      // A FIFO would block the open forever; a directory or device is no
+      // database either.
+      throw Error(TNX_EINVAL, "sqlite: '" + opt_.path + "' is not a regular file (" +
+                                  (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                                                              : "a special file") +
+                                  "); give the path of a database file");
+    }
     writer_ = std::make_unique<Conn>(opt_, Conn::Role::Writer);
     Conn &w = *writer_;
     // A file the process cannot write to opens read-only: behave as mode=ro.
@@ -1226,15 +1247,16 @@ class SqliteStore final : public toolnexus::sdk::Store {
     if (ver == kSchemaVersion) return;
     if (read_only_ && ver == 0)
       throw Error(TNX_ENOTFOUND, "sqlite: database '" + opt_.path +
-                                     "' holds no toolnexus Tasks (no task schema), and it was "
-                                     "opened read-only (" + read_only_why_ + ")");
+                                     "' holds no toolnexus Tasks (no task schema; " + read_only_why_ +
+                                     ", so none was created)");
     if (read_only_)
       throw Error(TNX_EUNSUPPORTED,
                   "sqlite: database '" + opt_.path + "' " +
                       (ver == 0 ? std::string("has no toolnexus schema yet")
                                 : "needs migration from schema " + std::to_string(ver) + " to " +
                                       std::to_string(kSchemaVersion)) +
-                      ", which cannot be done read-only (" + read_only_why_ + ")");
+                      ", which cannot be done read-only (" + read_only_why_ +
+                      "); open it read-write once to migrate it, e.g. by starting toolnexus serve on it");
     w.exec("BEGIN IMMEDIATE", "sqlite: open");
     try {
       app = w.query_int("PRAGMA application_id", "sqlite: open");
