@@ -79,6 +79,7 @@ void for_each_record(TaskStore &s, ListQuery q, F &&f) {
 // Why a delivered record is not sound, or "" when it is: its bytes must parse
 // as a Task and its index fields must agree with the JSON.
 std::string unsound(const TaskRecord &r) {
+  if (!r.problem.empty()) return r.problem;  // the store's own reason (ABI 1.2)
   Task t;
   try {
     t = Task::parse(r.json);

@@ -21,7 +21,9 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, owner) == 64);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, tenant) == 80);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, task_json) == 96);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, version) == 112);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_task_record) == 120);
+// ABI 1.2 appended problem; 1.0/1.1's record ended at 120.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, problem) == 120);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_task_record) == 136);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, filter_flags) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, page_size) == 12);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, context_id) == 16);

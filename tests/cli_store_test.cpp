@@ -205,6 +205,10 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   CHECK(r.code == 1);
   CHECK(r.out.find("BAD broken") != std::string::npos);
   CHECK(r.out.find("1 sound, 1 bad") != std::string::npos);
+  // The store's own reason (ABI 1.2 record.problem) names the file.
+  CHECK_MESSAGE(r.out.find("BAD broken: task file '" + (dir / "broken.json").string() + "' is not valid JSON") !=
+                    std::string::npos,
+                r.out);
   r = run({"store", "get", sel, "broken"});
   CHECK(r.code == 2);
   CHECK(r.err.find("broken.json") != std::string::npos);
@@ -221,6 +225,20 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   r = run({"store", "get", "sqlite:" + (dest / "t.db").string(), "good"});
   CHECK(r.code == 0);
   CHECK(r.out == task_json("good", "c", "completed", 1) + "\n");
+
+  // Files that are not task files at all say so, not "not valid JSON".
+  fs::remove(dir / "zzz.json");
+  fs::create_directory(dir / "adir.json");
+  fs::create_symlink(dir / "broken.json", dir / "link.json");
+  r = run({"store", "check", sel});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.out.find("BAD adir: '" + (dir / "adir.json").string() + "' is not a regular file") !=
+                    std::string::npos,
+                r.out);
+  CHECK_MESSAGE(r.out.find("BAD link: '" + (dir / "link.json").string() + "' is a symbolic link") !=
+                    std::string::npos,
+                r.out);
+  CHECK(r.out.find("1 sound, 3 bad") != std::string::npos);
   fs::remove_all(dir);
   fs::remove_all(dest);
 }

@@ -85,10 +85,11 @@ struct Rec {
   std::string id, context_id, state, owner, tenant, json;
   int64_t time = TNX_TIME_NONE;
   uint64_t version = 0;
+  std::string problem;  // ABI 1.2, deliver_corrupt only
 
   bool operator==(const Rec &o) const {
-    return std::tie(id, context_id, state, owner, tenant, json, time, version) ==
-           std::tie(o.id, o.context_id, o.state, o.owner, o.tenant, o.json, o.time, o.version);
+    return std::tie(id, context_id, state, owner, tenant, json, time, version, problem) ==
+           std::tie(o.id, o.context_id, o.state, o.owner, o.tenant, o.json, o.time, o.version, o.problem);
   }
 };
 
@@ -109,6 +110,7 @@ Rec from_abi(const tnx_task_record &r) {
   x.json = V(r.task_json);
   x.time = r.status_time_us;
   x.version = r.version;
+  if (TNX_HAS_FIELD(&r, tnx_task_record, problem)) x.problem = V(r.problem);
   return x;
 }
 
@@ -880,6 +882,12 @@ TEST_CASE("errors: a corrupt row is ECORRUPT in get and list, naming the task") 
     CHECK(all[0].time == TNX_TIME_NONE);
     CHECK(all[0].state.empty());
     CHECK(all[0].json == task("weird", 5).json);
+    // ABI 1.2: the reason comes along, naming the database and the row.
+    CHECK_MESSAGE(contains(all[0].problem, db), all[0].problem);
+    CHECK_MESSAGE(contains(all[0].problem, "'weird'"), all[0].problem);
+    CHECK(!all[2].problem.empty());
+    CHECK(!all[3].problem.empty());
+    CHECK(all[1].problem.empty());
     CHECK(all[1] == must_get(s, "good"));
     CHECK(all[2].id == "bad");
     CHECK(all[2].json == "\xDE\xAD\xBE\xEF");

@@ -32,6 +32,7 @@ bool copy_record(const tnx_task_record *r, TaskRecord &out) noexcept {
     out.tenant.assign(sv(r->tenant));
     out.json.assign(sv(r->task_json));
     out.version = r->version;
+    if (TNX_HAS_FIELD(r, tnx_task_record, problem)) out.problem.assign(sv(r->problem));
     return true;
   } catch (...) {
     return false;

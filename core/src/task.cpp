@@ -192,6 +192,7 @@ void Task::set_status(std::string_view state, rapidjson::Value message, int64_t 
 }
 
 Task TaskRecord::task() const {
+  if (!problem.empty()) throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + problem);
   Task t;
   try {
     t = Task::parse(json);

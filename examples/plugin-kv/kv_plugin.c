@@ -1560,9 +1560,14 @@ static tnx_status kv_list(tnx_store *s, const tnx_list_query *q, tnx_record_sink
     const kv_entry *e = match[i];
     tnx_task_record r = kv_empty_record();
     kv_hdr h;
+    char why[512]; /* r.problem (ABI 1.2) points here during the sink call */
     if (e->damaged) {
       /* Salvage mode: the raw bytes of a damaged stretch, named by where
-       * it is, as the ABI describes for deliver_corrupt. */
+       * it is, as the ABI describes for deliver_corrupt; `problem` says why. */
+      int n = snprintf(why, sizeof why, "'%s': damaged stretch of %" PRIu64 " bytes at offset %" PRIu64
+                       " (no valid record there)", s->path, e->extent, e->offset);
+      r.problem.data = why;
+      r.problem.len = n < 0 ? 0 : (uint64_t)n < sizeof why ? (uint64_t)n : sizeof why - 1;
       r.id.data = e->text;
       r.id.len = e->len[KV_ID];
       if (!q->omit_json) {
@@ -1607,6 +1612,11 @@ static tnx_status kv_list(tnx_store *s, const tnx_list_query *q, tnx_record_sink
         for (f = 0; f < KV_JSON; ++f) json_at += e->len[f];
         r.id.data = e->text;
         r.id.len = e->len[KV_ID];
+        /* kv_read wrote why into the host's err buffer: pass it on. */
+        if (err != NULL && cap > 0) {
+          r.problem.data = err;
+          r.problem.len = strlen(err);
+        }
         if (all_read && json_at + e->len[KV_JSON] <= e->extent) {
           r.task_json.data = (const char *)buf + json_at;
           r.task_json.len = e->len[KV_JSON];

@@ -718,7 +718,8 @@ class FileStore final : public toolnexus::sdk::Store {
         }
         if (!raw) continue;
         Item item{TNX_TIME_NONE, info->kind != StemKind::hashed ? info->id : name, 0, std::string(),
-                  std::string(), std::string(), std::string(), omit ? std::string() : std::move(*raw)};
+                  std::string(), std::string(), std::string(), omit ? std::string() : std::move(*raw),
+                  e.message};
         if (cursor && cursor->after(item.time_us, item.id) <= 0) continue;
         keep(best, std::move(item), limit);
         continue;
@@ -729,7 +730,7 @@ class FileStore final : public toolnexus::sdk::Store {
         cursor_id = f.id;
       if (!toolnexus::sdk::matches(q, f.context_id, f.state, l->owner, l->tenant, f.time_us)) continue;
       Item item{f.time_us, f.id, current_version(snap, true), f.context_id, f.state, l->owner, l->tenant,
-                omit ? std::string() : std::move(l->json)};
+                omit ? std::string() : std::move(l->json), std::string()};
       if (cursor) {
         const int after = cursor->after(item.time_us, item.id);
         if (after == 0) continue;
@@ -762,6 +763,7 @@ class FileStore final : public toolnexus::sdk::Store {
       r.tenant = toolnexus::sdk::str(item.tenant);
       r.task_json = toolnexus::sdk::str(item.json);
       r.version = item.version;
+      r.problem = toolnexus::sdk::str(item.problem);
       if (!out(r)) return std::string();
     }
     if (!more) return std::string();
@@ -797,6 +799,7 @@ class FileStore final : public toolnexus::sdk::Store {
     std::string id;
     uint64_t version;
     std::string context_id, state, owner, tenant, json;
+    std::string problem;  // deliver_corrupt: why the record is unreadable
   };
 
   // Heap order: a < b when a comes first in list order, so the heap's front

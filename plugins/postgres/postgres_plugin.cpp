@@ -614,6 +614,7 @@ class PgStore final : public toolnexus::sdk::Store {
         TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
     const int rows = PQntuples(r.get());
     ListKey last;
+    std::string problem;
     for (int i = 0; i < rows; ++i) {
       if (static_cast<uint32_t>(i) == limit) return last.encode();  // one more row: a next page exists
       tnx_task_record rec;
@@ -622,6 +623,8 @@ class PgStore final : public toolnexus::sdk::Store {
       } catch (const Error &e) {
         if (!deliver_corrupt || e.code != TNX_ECORRUPT) throw;
         rec = corrupt_record(r.get(), i);
+        problem = e.message;
+        rec.problem = toolnexus::sdk::str(problem);
       }
       if (!out(rec)) return std::string();
       last.time_us = rec.status_time_us;

@@ -1097,7 +1097,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
     st.i64(9, static_cast<int64_t>(limit) + 1);  // one more: is there a next page?
 
     Position last;
-    std::string corrupt_name;
+    std::string corrupt_name, problem;
     for (uint32_t n = 0;; ++n) {
       const int rc = st.step();
       if (rc == SQLITE_DONE) return std::string();
@@ -1110,6 +1110,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
       } catch (const Error &e) {
         if (e.code != TNX_ECORRUPT || !deliver_corrupt) throw;
         rec = corrupt_record(st.get(), omit, corrupt_name);
+        problem = e.message;
+        rec.problem = toolnexus::sdk::str(problem);
       }
       if (!out(rec)) return std::string();
     }

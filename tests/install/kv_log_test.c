@@ -115,6 +115,7 @@ typedef struct got {
   size_t json_len;
   int64_t time_us;
   uint64_t version;
+  char problem[1024]; /* ABI 1.2 record.problem, "" when absent */
 } got;
 
 static int32_t on_get(void *ctx, const tnx_task_record *r) {
@@ -126,6 +127,12 @@ static int32_t on_get(void *ctx, const tnx_task_record *r) {
   g->json[g->json_len] = '\0';
   g->time_us = r->status_time_us;
   g->version = r->version;
+  g->problem[0] = '\0';
+  if (TNX_HAS_FIELD(r, tnx_task_record, problem) && r->problem.len > 0) {
+    size_t n = r->problem.len < sizeof g->problem - 1 ? (size_t)r->problem.len : sizeof g->problem - 1;
+    memcpy(g->problem, r->problem.data, n);
+    g->problem[n] = '\0';
+  }
   return 0;
 }
 
@@ -438,6 +445,10 @@ static void test_corrupt_middle(const char *name, int in_header) {
       named = 1;
       CHECK(p.rec[i].version == 0 && p.rec[i].time_us == TNX_TIME_NONE && p.rec[i].json_len > 0,
             "corrupt record fields");
+      CHECK(strstr(p.rec[i].problem, "damaged stretch") != NULL && strstr(p.rec[i].problem, "tasks.kvlog"),
+            "problem of a damaged stretch: '%s'", p.rec[i].problem);
+    } else {
+      CHECK(p.rec[i].problem[0] == '\0', "a sound record has a problem: '%s'", p.rec[i].problem);
     }
   CHECK(named, "the damaged stretch must be delivered, named by its offset");
   CHECK(save(s, "x", "{}", TNX_VERSION_ANY, NULL) == TNX_EUNSUPPORTED, "salvage is read-only");
@@ -461,6 +472,8 @@ static void test_rot_after_open(void) {
   CHECK(p.n == 2 && strcmp(p.rec[1].id, "r1") == 0 && p.rec[1].version == 0 &&
             p.rec[1].time_us == TNX_TIME_NONE && strstr(p.rec[1].json, "SOTTEN") != NULL,
         "corrupt r1 delivered under its id with its raw bytes");
+  CHECK(p.n == 2 && strstr(p.rec[1].problem, "offset") != NULL, "r1's problem names the offset: '%s'",
+        p.rec[1].problem);
   CHECK(list(s, 10, NULL, 0, 0, 1, &p) == TNX_OK && p.n == 2, "omit_json needs no disk read");
   close_store(s);
 }

@@ -120,9 +120,14 @@ struct TaskRecord {
   std::string json;
   /// 1 after the first save, +1 on each save.
   uint64_t version = 0;
+  /// Only on a record a list delivered because of ListQuery::deliver_corrupt:
+  /// the store's reason it cannot be decoded, naming where (ABI 1.2; "" from
+  /// older plugins, whose unreadable records show only by their JSON).
+  std::string problem;
 
   /// Parses `json`. Throws StoreError(Status::corrupt) naming the id when the
-  /// stored bytes are not a valid Task or are the JSON of another id.
+  /// record has a problem, or the stored bytes are not a valid Task or are
+  /// the JSON of another id.
   Task task() const;
 };
 

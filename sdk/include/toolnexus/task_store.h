@@ -75,8 +75,8 @@ extern "C" {
 /** ABI minor version. Grows when a struct grows; older minors keep loading.
  *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax,
  *  tnx_list_query.deliver_corrupt. 1.2: tnx_open_args.flags
- *  (TNX_OPEN_READ_ONLY) and tnx_open_args.capabilities (per-store
- *  capabilities). */
+ *  (TNX_OPEN_READ_ONLY), tnx_open_args.capabilities (per-store
+ *  capabilities) and tnx_task_record.problem. */
 #define TNX_ABI_MINOR 2
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
@@ -256,6 +256,14 @@ typedef struct tnx_task_record {
    *  (1, 2, 3, ... is the usual numbering). A store without
    *  TNX_CAP_MULTI_PROCESS may number afresh when reopened. */
   uint64_t version;
+
+  /* ---- ABI 1.2: read only when TNX_HAS_FIELD(rec, tnx_task_record, m) ---- */
+
+  /** Output only: on a record that list delivers because of
+   *  deliver_corrupt, why it cannot be decoded, as a message naming where
+   *  (e.g. "'/srv/tasks/x.json' is a directory, not a task file"); empty
+   *  on every sound record. Ignored on save input. */
+  tnx_str problem;
 } tnx_task_record;
 
 /**
@@ -332,8 +340,10 @@ typedef struct tnx_list_query {
    *  tools that copy or check a whole store): `id` = its id, or when the store cannot recover the id a
    *  store-specific name of its location (e.g. the file name); state and
    *  context_id empty; status_time_us = TNX_TIME_NONE; version 0; task_json =
-   *  the raw stored bytes (may be empty or not JSON). The host recognises it
-   *  by parsing. A 1.0 store ignores this field and stops as with 0. */
+   *  the raw stored bytes (may be empty or not JSON); since ABI 1.2
+   *  `problem` = why (the message list would have failed with). The host
+   *  recognises such a record by `problem` or, from an older store, by
+   *  parsing. A 1.0 store ignores this field and stops as with 0. */
   uint32_t deliver_corrupt;
 } tnx_list_query;
 
