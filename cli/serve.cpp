@@ -10,8 +10,10 @@
 
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -146,7 +148,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   Config c;
   c.file = file;
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw UsageError("cannot read the config file " + file);
+  if (!in) throw UsageError("cannot read the config file " + file + ": " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();

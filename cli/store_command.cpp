@@ -9,7 +9,9 @@
 #include <rapidjson/writer.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -98,6 +100,23 @@ std::string unsound(const TaskRecord &r) {
 // 2) instead of a new empty store, and nothing is migrated or cleaned up.
 const OpenOptions kInspect{true};
 
+// "" when `t` has what A2A requires of a Task (v0.3 section 6.1: id,
+// contextId, status with state; kind "task" when present, since v1.0 has no
+// kind); otherwise what is missing.
+std::string not_a2a_task(const Task &t) {
+  const auto &d = t.json();
+  auto ctx = d.FindMember("contextId");
+  if (ctx == d.MemberEnd() || !ctx->value.IsString() || ctx->value.GetStringLength() == 0)
+    return "\"contextId\" is required (a non-empty string)";
+  auto st = d.FindMember("status");
+  if (st == d.MemberEnd() || !st->value.IsObject() || !st->value.HasMember("state"))
+    return "\"status\" with a \"state\" is required, e.g. {\"state\":\"submitted\"}";
+  auto kind = d.FindMember("kind");
+  if (kind != d.MemberEnd() && (!kind->value.IsString() || std::string_view(kind->value.GetString()) != "task"))
+    return "\"kind\" must be \"task\"";
+  return "";
+}
+
 class Progress {
  public:
   explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
@@ -139,7 +158,7 @@ int cmd_put(const Options &o) {
   } else {
     std::ifstream f(o.positional[2], std::ios::binary);
     if (!f) {
-      std::cerr << "toolnexus store put: cannot read '" << o.positional[2] << "'\n";
+      std::cerr << "toolnexus store put: cannot read '" << o.positional[2] << "': " << std::strerror(errno) << "\n";
       return 2;
     }
     text = read_all(f);
@@ -150,6 +169,12 @@ int cmd_put(const Options &o) {
     t = Task::parse(text);
   } catch (const InvalidTask &e) {
     std::cerr << "toolnexus store put: not a valid Task: " << e.what() << "\n";
+    return 2;
+  }
+  // The store accepts any object with an id (the seed's contract), but a
+  // Task an A2A server will serve needs what the spec requires of one.
+  if (const std::string why = not_a2a_task(t); !why.empty()) {
+    std::cerr << "toolnexus store put: not a valid A2A Task: " << why << "\n";
     return 2;
   }
   auto s = resolve_store(o.positional[1]);
@@ -184,6 +209,7 @@ int cmd_list(const Options &o) {
     } catch (const std::exception &) {
       return usage_error("--limit needs a whole number, got '" + *v + "'");
     }
+    if (limit == 0) return usage_error("--limit must be at least 1");
   }
   const bool json = o.flag("--json");
   auto s = resolve_store(o.positional[1], kInspect);
@@ -310,6 +336,13 @@ int run_store(int argc, char **argv) {
     if (cmd == "rm") return cmd_rm(o);
     if (cmd == "copy") return cmd_copy(o);
     if (cmd == "check") return cmd_check(o);
+  } catch (const std::invalid_argument &e) {
+    // A bad selector, often "no plugin serves X" because the plugin file was
+    // refused: say why each refused file was, as serve does.
+    std::cerr << "toolnexus store " << cmd << ": " << e.what() << "\n";
+    for (const PluginFailure &f : PluginRegistry::global().failures())
+      std::cerr << "toolnexus store " << cmd << ": plugin " << f.path << " was not loaded: " << f.reason << "\n";
+    return 2;
   } catch (const std::exception &e) {
     std::cerr << "toolnexus store " << cmd << ": " << e.what() << "\n";
     return 2;

@@ -89,6 +89,13 @@ TEST_CASE("toolnexus plugins reports a refused file with its reason") {
   CHECK(r.out.find("refused:") != std::string::npos);
   CHECK(r.out.find("libfixture_wrong_major.so: plugin was built for ABI 2.0") != std::string::npos);
   CHECK(run({"plugins", "--bogus"}).code == 2);
+  // store commands say why, too, when the scheme is missing because its plugin was refused.
+  r = run({"store", "list", "--plugin-dir", std::string(TOOLNEXUS_TEST_FIXTURE_DIR) + "/wrong_major", "fixture:x"});
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.err.find("no plugin serves 'fixture'") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("libfixture_wrong_major.so was not loaded: plugin was built for ABI 2.0") !=
+                    std::string::npos,
+                r.err);
   CHECK(run({"plugins", "--help"}).out.find("usage: toolnexus plugins") != std::string::npos);
 }
 
@@ -126,6 +133,7 @@ TEST_CASE("store put, get, list, rm and their exit codes") {
   CHECK(r.out == task_json("t3", "c1", "input-required", 30) + "\n" + task_json("t2", "c2", "completed", 20) + "\n");
   CHECK(run({"store", "list", sel, "--limit", "x"}).code == 2);
   CHECK(run({"store", "list", sel, "--limit", "-1"}).code == 2);
+  CHECK(run({"store", "list", sel, "--limit", "0"}).code == 2);
   r = run({"store", "list", sel, "--state", "bogus"});
   CHECK(r.code == 2);
   CHECK(r.err.find("'bogus' is not a TaskState") != std::string::npos);
@@ -139,6 +147,16 @@ TEST_CASE("store put, get, list, rm and their exit codes") {
   r = run({"store", "put", sel}, R"({"contextId":"x"})");
   CHECK(r.code == 2);
   CHECK(r.err.find("not a valid Task: task has no \"id\"") != std::string::npos);
+  // Storable, but not a Task an A2A server could serve.
+  for (const auto &[doc, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"id":"a"})", "\"contextId\" is required"},
+           {R"({"id":"a","contextId":"c"})", "\"status\" with a \"state\" is required"},
+           {R"({"id":"a","contextId":"c","status":{"state":"working"},"kind":"message"})", "\"kind\" must be \"task\""}}) {
+    r = run({"store", "put", sel}, doc);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find("not a valid A2A Task: " + why) != std::string::npos, r.err);
+  }
+  CHECK(run({"store", "get", sel, "a"}).code == 1);  // nothing was stored
   r = run({"store", "put", sel}, "{\"id\":");
   CHECK(r.code == 2);
   CHECK(r.err.find("not valid JSON") != std::string::npos);

@@ -433,6 +433,19 @@ TEST_CASE("TNX_OPEN_READ_ONLY: a missing directory is ENOTFOUND and not created;
   CHECK(s == nullptr);
 }
 
+TEST_CASE("open: a directory where no task file can be created fails at open, naming it") {
+  // /proc/self refuses new files even to root (permission bits would not).
+  tnx_store *s = nullptr;
+  Result r = Store::open_raw("/proc/self", &s);
+  CHECK(r.rc == TNX_EIO);
+  CHECK_MESSAGE(r.err.find("cannot create task files in '/proc/self'") != std::string::npos, r.err);
+  CHECK(s == nullptr);
+  // Reading needs no write access.
+  r = Store::open_raw("/proc/self", &s, TNX_OPEN_READ_ONLY);
+  CHECK(r.rc == TNX_OK);
+  if (s != nullptr) CHECK(Store::vt()->close(s, nullptr, 0) == TNX_OK);
+}
+
 TEST_CASE("messages: a NUL or newline in an id does not cut or forge the message; long ids cut on a UTF-8 boundary") {
   TempDir t;
   Store st(t.path);

@@ -52,7 +52,10 @@ TEST_CASE("JSON-RPC envelope errors") {
   SUBCASE("-32600 not a JSON-RPC request, id echoed") {
     expect_error(parse(c.post(R"({"jsonrpc":"1.0","id":7,"method":"GetTask","params":{"id":"x"}})").body),
                  -32600, "7");
-    expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":"s-1","method":42})").body), -32600, "\"s-1\"");
+    CHECK(expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":"s-1","method":42})").body), -32600, "\"s-1\"") ==
+          "\"method\" must be a string");
+    CHECK(expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":"s-2"})").body), -32600, "\"s-2\"") ==
+          "\"method\" is required");
     expect_error(parse(c.post(R"({"jsonrpc":"2.0","method":"GetTask","params":{"id":"x"}})").body), -32600, "null");
     expect_error(parse(c.post(R"({"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"})").body), -32600, "null");
     const std::string m = expect_error(parse(c.post(R"([{"jsonrpc":"2.0","id":1,"method":"GetTask"}])").body),
@@ -128,14 +131,19 @@ TEST_CASE("A2A errors") {
   Client c(f.server.url());
 
   SUBCASE("-32001 unknown Task, for every method that takes one") {
-    const std::string m = expect_error(c.call("GetTask", R"({"id":"no-such-task"})", "\"g\""), -32001, "\"g\"");
+    auto got = c.call("GetTask", R"({"id":"no-such-task"})", "\"g\"");
+    const std::string m = expect_error(got, -32001, "\"g\"");
     CHECK(m == "Task 'no-such-task' not found");
-    expect_error(c.call("CancelTask", R"({"id":"no-such-task"})", "2"), -32001, "2");
+    CHECK(field_of(got) == "params.id");
+    got = c.call("CancelTask", R"({"id":"no-such-task"})", "2");
+    expect_error(got, -32001, "2");
+    CHECK(field_of(got) == "params.id");
     expect_error(c.call("tasks/cancel", R"({"id":"no-such-task"})", "3"), -32001, "3");
-    expect_error(c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","taskId":"no-such-task",)"
-                                       R"("parts":[{"kind":"text","text":"approve"}]}})",
-                        "4"),
-                 -32001, "4");
+    got = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","taskId":"no-such-task",)"
+                                R"("parts":[{"kind":"text","text":"approve"}]}})",
+                 "4");
+    expect_error(got, -32001, "4");
+    CHECK(field_of(got) == "params.message.taskId");  // where SendMessage names its Task
   }
   SUBCASE("-32002 cancel of a terminal Task; -32004 a message to it") {
     const std::string id = task_id(c.send("x"));

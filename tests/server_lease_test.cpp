@@ -83,7 +83,8 @@ TEST_CASE("a Task left working is settled once its lease expires, and not before
   const std::string why = status_text(a["result"]);
   CHECK(why.find("stopped") != std::string::npos);
   CHECK(why.find("dead-instance") != std::string::npos);
-  CHECK(why.find("gone.example") != std::string::npos);
+  CHECK(why.find("gone.example") == std::string::npos);  // host and pid stay in the server log
+  CHECK(why.find("4242") == std::string::npos);
   CHECK(why.find(server.instance_id()) != std::string::npos);
   CHECK(!a["result"].HasMember("metadata"));  // lease removed
   CHECK(std::string(a["result"]["history"][1]["role"].GetString()) == "agent");
@@ -125,6 +126,10 @@ TEST_CASE("a live server's Task is never settled by another server sharing the s
     REQUIRE(state_of(t) == "working");
     const auto &lease = t["result"]["metadata"]["toolnexus/lease"];
     CHECK(std::string(lease["instance"].GetString()) == server1.instance_id());
+    // Clients see the Task's metadata: the lease names no host and no pid.
+    CHECK(lease.MemberCount() == 2);
+    CHECK(!lease.HasMember("host"));
+    CHECK(!lease.HasMember("pid"));
     first_expiry = lease["expiresAt"].GetString();
   }
   // Four lease lengths later, with server2 sweeping every 50 ms: still working,

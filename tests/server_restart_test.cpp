@@ -6,7 +6,10 @@
 #include "server_test_support.hpp"
 
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 using namespace tnxtest;
 
@@ -119,4 +122,48 @@ TEST_CASE("approval: deny rejects, anything else asks again, and both spellings 
   auto final = c.get_task(id);
   CHECK(status_text(final["result"]).find("Denied") != std::string::npos);
   CHECK(!final["result"].HasMember("artifacts"));
+}
+
+TEST_CASE("one unreadable task file does not take ListTasks away: it is left out and logged") {
+  TempDir dir;
+  auto o = test_options();
+  o.store = "file:" + dir.str();
+  o.agent = "echo";
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  o.log_sink = [lines, mu](toolnexus::LogLevel, std::string_view text) {
+    std::lock_guard<std::mutex> l(*mu);
+    lines->emplace_back(text);
+  };
+  toolnexus::ServerHandle server = toolnexus::serve(o);
+  Client c(server.url());
+  const std::string a = task_id(c.send("one"));
+  const std::string b = task_id(c.send("two"));
+  REQUIRE(state_of(c.wait_settled(a)) == "completed");
+  REQUIRE(state_of(c.wait_settled(b)) == "completed");
+  {
+    std::ofstream broken(dir.path / (b + ".json"), std::ios::binary | std::ios::trunc);
+    broken << R"({"id": ")" << b << R"(", broken)";
+  }
+  auto listed = c.call("ListTasks", "{}", "1");
+  REQUIRE_MESSAGE(listed.HasMember("result"), to_json(listed));
+  const auto &tasks = listed["result"]["tasks"];
+  REQUIRE(tasks.Size() == 1);
+  CHECK(std::string(tasks[0]["id"].GetString()) == a);
+  CHECK(listed["result"]["totalSize"].GetUint64() == 1);
+  // Not silent: the log names the file and says what to run.
+  bool logged = false;
+  {
+    std::lock_guard<std::mutex> l(*mu);
+    for (const auto &line : *lines)
+      logged = logged || (line.find("ListTasks left out an unreadable record") != std::string::npos &&
+                          line.find(b + ".json") != std::string::npos &&
+                          line.find("toolnexus store check") != std::string::npos);
+  }
+  CHECK(logged);
+  // The Task itself still answers with an error, never as something else.
+  auto got = c.get_task(b);
+  REQUIRE(got.HasMember("error"));
+  CHECK(got["error"]["code"].GetInt() == -32603);
+  server.stop();
 }

@@ -549,6 +549,24 @@ class FileStore final : public toolnexus::sdk::Store {
   FileStore(Fd dir, std::string path) : dir_(std::move(dir)), path_(std::move(path)), sync_(dir_.get()) {}
 
   // Removes stray temporary files and orphan sidecars (called once by open).
+  // Fails open, naming the directory and the reason, when no task file could
+  // be created in it (read-only mount, no permission, /proc): better than a
+  // server that starts and then fails every save. Creates and removes one
+  // empty temp file (named like a save's, so a crash leaves nothing that
+  // recover() would not remove).
+  void probe_writable() {
+    std::string tmp;
+    for (;;) {
+      tmp = std::string(kTempPrefix) + std::to_string(::getpid()) + "-" +
+            std::to_string(g_temp_counter.fetch_add(1, std::memory_order_relaxed)) + std::string(kTempSuffix);
+      Fd fd(::openat(dir_.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+      if (fd.get() >= 0) break;
+      if (errno != EEXIST)
+        throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "': " + errtext(errno));
+    }
+    ::unlinkat(dir_.get(), tmp.c_str(), 0);
+  }
+
   void recover() {
     std::vector<std::string> names = scan();
     std::vector<std::string> jsons;
@@ -1239,7 +1257,10 @@ toolnexus::sdk::Store *open_file(const tnx_open_args &args) {
                                                          (e == ENOTDIR ? "not a directory" : errtext(e)));
   }
   auto store = std::make_unique<FileStore>(std::move(fd), abs);
-  if (!read_only) store->recover();  // removing stray files is a change
+  if (!read_only) {
+    store->recover();  // removing stray files is a change
+    store->probe_writable();
+  }
   return store.release();
 }
 

@@ -506,6 +506,16 @@ class Conn {
                         (o.read_only ? (o.host_read_only ? " (read-only)" : " (mode=ro)") : "") + ": " +
                         (db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
       if (sys != 0) msg += " (" + errno_text(sys) + ")";
+      // SQLite reports a new file that cannot be created as "No such file
+      // or directory"; name the directory and the real reason instead.
+      struct stat st {};
+      const size_t slash = o.path.rfind('/');
+      if ((rc & 0xff) == SQLITE_CANTOPEN && !o.read_only && ::stat(o.path.c_str(), &st) != 0 && errno == ENOENT &&
+          slash != std::string::npos) {
+        const std::string dir = slash == 0 ? std::string("/") : o.path.substr(0, slash);
+        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+          msg += "; cannot create it in '" + dir + "': " + errno_text(errno);
+      }
       sqlite3_close(db_);
       db_ = nullptr;
       throw Error(rc == SQLITE_NOMEM ? TNX_EINTERNAL : TNX_EIO, msg);

@@ -290,7 +290,13 @@ void A2AMethods::handle(std::string_view body, const CallContext &call, Response
     out.error(env.id, e.code(), e.what(), e.field());
   } catch (const LifecycleError &e) {
     switch (e.code()) {
-      case LifecycleErrc::not_found: out.error(env.id, rpc_code::kTaskNotFound, e.what(), "params.id"); break;
+      case LifecycleErrc::not_found: {
+        // SendMessage names its Task in params.message.taskId, the others in params.id.
+        auto m = method_table().find(env.method);
+        const bool send = m != method_table().end() && m->second == Method::send_message;
+        out.error(env.id, rpc_code::kTaskNotFound, e.what(), send ? "params.message.taskId" : "params.id");
+        break;
+      }
       case LifecycleErrc::not_cancelable: out.error(env.id, rpc_code::kTaskNotCancelable, e.what()); break;
       case LifecycleErrc::terminal:
       case LifecycleErrc::not_interrupted: out.error(env.id, rpc_code::kUnsupportedOperation, e.what()); break;
@@ -438,6 +444,10 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
     q.after_us = us - 1;  // the filter is inclusive (>=); the store's is strict
   }
   const bool include_artifacts = opt_bool(p, "includeArtifacts", "params.includeArtifacts").value_or(false);
+  // One unreadable record must not take ListTasks away from every client:
+  // the store delivers it (version 0, ABI 1.1 deliver_corrupt) and it is
+  // left out of the answer and logged as an error, naming it, below.
+  q.deliver_corrupt = true;
 
   ListPage page;
   try {
@@ -447,7 +457,8 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
       bad_param("params.pageToken", "is not a page token this server issued");
     throw;
   }
-  // totalSize: every match, counted from index fields only.
+  // totalSize: every readable match, counted from index fields only (a
+  // record delivered as unreadable has version 0; a sound one never does).
   uint64_t total = 0;
   {
     ListQuery cq = q;
@@ -456,18 +467,28 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
     cq.page_size = 1000;
     do {
       ListPage cp = lifecycle_.store()->list(cq);
-      total += cp.records.size();
+      for (const TaskRecord &r : cp.records) total += r.version != 0 && r.problem.empty() ? 1 : 0;
       cq.cursor = cp.next_cursor;
     } while (!cq.cursor.empty());
+  }
+  std::vector<Task> tasks;
+  tasks.reserve(page.records.size());
+  for (const TaskRecord &rec : page.records) {
+    try {
+      if (rec.version == 0) throw StoreError(Status::corrupt, "stored task '" + rec.id + "' is unreadable" +
+                                                                  (rec.problem.empty() ? "" : ": " + rec.problem));
+      tasks.push_back(rec.task());
+    } catch (const StoreError &e) {
+      if (e.code() != Status::corrupt) throw;
+      log_.error(std::string("ListTasks left out an unreadable record (run `toolnexus store check` on the "
+                             "store): ") + e.what());
+    }
   }
   auto &w = out.begin_result(id);
   w.StartObject();
   w.Key("tasks");
   w.StartArray();
-  for (const TaskRecord &rec : page.records) {
-    Task task = rec.task();
-    write_task_value(w, task, history_length, include_artifacts);
-  }
+  for (Task &task : tasks) write_task_value(w, task, history_length, include_artifacts);
   w.EndArray();
   w.Key("nextPageToken");
   w.String(page.next_cursor.data(), static_cast<rapidjson::SizeType>(page.next_cursor.size()));

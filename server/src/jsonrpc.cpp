@@ -66,7 +66,9 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
       std::string_view(jsonrpc->value.GetString(), jsonrpc->value.GetStringLength()) != "2.0")
     throw RpcError(rpc_code::kInvalidRequest, "\"jsonrpc\" must be \"2.0\"", "jsonrpc");
   auto method = doc.FindMember("method");
-  if (method == doc.MemberEnd() || !method->value.IsString())
+  if (method == doc.MemberEnd())
+    throw RpcError(rpc_code::kInvalidRequest, "\"method\" is required", "method");
+  if (!method->value.IsString())
     throw RpcError(rpc_code::kInvalidRequest, "\"method\" must be a string", "method");
   env.method = std::string_view(method->value.GetString(), method->value.GetStringLength());
   auto params = doc.FindMember("params");

@@ -8,9 +8,12 @@
 #include "http.hpp"
 #include "log.hpp"
 #include "task_lifecycle.hpp"
+#include "util.hpp"
 
 #include "toolnexus/registry.hpp"
 #include "toolnexus/task_store.h"
+
+#include <unistd.h>
 
 #include <csignal>
 #include <mutex>
@@ -159,7 +162,8 @@ ServerHandle serve(ServerOptions o) {
   impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +
                   (info.plugin_name.empty() ? std::string() : " via " + info.plugin_name) + " [" +
                   capability_names(info.capabilities) + "], agent " +
-                  executor->name() + ", instance " + impl->instance_id +
+                  executor->name() + ", instance " + impl->instance_id + " on " + host_name() + " pid " +
+                  std::to_string(::getpid()) +
                   (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
   if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)
     impl->log->info("this store's compare-and-set holds within this process only: servers in other processes "

@@ -231,9 +231,9 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
 void TaskLifecycle::set_lease(Task &task, int64_t expires_us) const {
   auto &a = task.allocator();
   rapidjson::Value lease(rapidjson::kObjectType);
+  // Clients read the Task's metadata: no host name or pid here. The server
+  // logs its instance id with its host and pid at start.
   lease.AddMember("instance", make_string(options_.instance_id, a), a);
-  lease.AddMember("host", make_string(host_name(), a), a);
-  lease.AddMember("pid", rapidjson::Value(static_cast<int64_t>(::getpid())), a);
   lease.AddMember("expiresAt", make_string(format_timestamp(expires_us), a), a);
   set_task_metadata(task, kLeaseKey, std::move(lease));
 }
@@ -616,14 +616,17 @@ void TaskLifecycle::renew_due() {
 
 bool TaskLifecycle::settle_one(TaskRecord &rec) {
   // Decides from the stored Task alone whether nobody runs it any more.
-  auto abandoned = [this](const Task &task, const std::string &id, int64_t now, std::string &why) {
+  std::string where;  // host and pid of an old-style lease, for the log only
+  auto abandoned = [this, &where](const Task &task, const std::string &id, int64_t now, std::string &why) {
     const Lease l = read_lease(task);
     if (l.present) {
       if (l.instance == options_.instance_id && is_active(id)) return false;
       if (l.expires_us != kNoTime && l.expires_us > now) return false;
+      // Clients read this text: instance ids only. (Leases written by older
+      // versions also named host and pid; the log line below keeps those.)
+      where = (l.host.empty() ? std::string() : " on " + l.host) +
+              (l.pid != 0 ? " (pid " + std::to_string(l.pid) + ")" : std::string());
       why = "The server that ran this Task stopped before finishing it: instance '" + l.instance + "'" +
-            (l.host.empty() ? std::string() : " on " + l.host) +
-            (l.pid != 0 ? " (pid " + std::to_string(l.pid) + ")" : std::string()) +
             " did not renew its lease, which expired at " +
             (l.expires_text.empty() ? std::string("an unknown time") : l.expires_text) +
             ". Settled by instance '" + options_.instance_id + "'.";
@@ -659,7 +662,7 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
       },
       std::move(s));
   if (r.found && r.verdict == Verdict::save) {
-    log_.warn("settled Task '" + rec.id + "': " + why);
+    log_.warn("settled Task '" + rec.id + "': " + why + where);
     notify_waiters();
     return true;
   }

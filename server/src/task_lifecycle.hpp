@@ -6,7 +6,8 @@
 // are final) and several servers may share one store.
 //
 // Leases: a Task in submitted/working carries
-// metadata["toolnexus/lease"] = {"instance", "host", "pid", "expiresAt"}.
+// metadata["toolnexus/lease"] = {"instance", "expiresAt"} (no host or pid:
+// clients see metadata; the server logs its instance with host and pid).
 // The instance that runs it renews the lease every renew_interval_ms; every
 // server sweeps the store (at start and every settle_interval_ms) for Tasks
 // in submitted/working whose lease expired and fails them with a status

@@ -12,8 +12,8 @@
 
 namespace toolnexus::server_detail {
 
-/// metadata key of a running Task's lease: {"instance", "host", "pid",
-/// "expiresAt"}.
+/// metadata key of a running Task's lease: {"instance", "expiresAt"}
+/// (leases written by earlier versions also hold "host" and "pid").
 inline constexpr const char *kLeaseKey = "toolnexus/lease";
 /// metadata key of an input-required Task's pending request:
 /// {"prompt", "data", "askedAt"}.

@@ -108,7 +108,8 @@ struct ServerLimits {
 
 /// Leases of running Tasks (see TaskLifecycle in server/src): a Task in
 /// submitted/working records metadata["toolnexus/lease"] =
-/// {"instance", "host", "pid", "expiresAt"}; the instance renews it while the
+/// {"instance", "expiresAt"} (the server logs its instance id with its host
+/// and pid at start; clients see only the id); the instance renews it while the
 /// Task runs; any server settles (fails) Tasks whose lease expired.
 struct LeaseOptions {
   /// Lease length.
