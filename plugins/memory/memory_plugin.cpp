@@ -67,7 +67,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     // One counter for the whole store: a deleted and re-created id never
     // gets back a version it had (the ABI's version rule).
     e.version = ++last_version_;
-    order_.emplace(std::make_pair(e.time_us, id), &it->first);
+    order_.emplace(std::make_pair(e.time_us, id), &*it);
     return e.version;
   }
 
@@ -95,13 +95,14 @@ class MemoryStore final : public toolnexus::sdk::Store {
     uint32_t n = 0;
     ListKey last;
     for (; it != order_.end(); ++it) {
-      const Entry &e = tasks_.find(*it->second)->second;
+      const std::string &id = it->second->first;
+      const Entry &e = it->second->second;
       if (!toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) continue;
       // One more match after a full page: there is a next page, which starts
       // after the last record delivered.
       if (n == limit) return last.encode();
-      if (!out(record(*it->second, e, q.omit_json != 0))) return std::string();
-      last = ListKey{e.time_us, *it->second};
+      if (!out(record(id, e, q.omit_json != 0))) return std::string();
+      last = ListKey{e.time_us, id};
       ++n;
     }
     return std::string();
@@ -125,8 +126,10 @@ class MemoryStore final : public toolnexus::sdk::Store {
   std::shared_mutex mu_;
   uint64_t last_version_ = 0;  // guarded by mu_ (exclusive)
   std::unordered_map<std::string, Entry> tasks_;
-  // (status time, id) -> pointer to the id key in tasks_ (stable: node-based).
-  std::map<std::pair<int64_t, std::string>, const std::string *, ListOrder> order_;
+  // (status time, id) -> the element of tasks_ (pointers to elements of an
+  // unordered_map stay valid across rehashing; erased together with it),
+  // so list filters without a hash lookup per scanned entry.
+  std::map<std::pair<int64_t, std::string>, const std::pair<const std::string, Entry> *, ListOrder> order_;
 };
 
 // TNX_OPEN_READ_ONLY: a memory location always "exists" (empty), so a
