@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +72,7 @@ struct Rec {
   std::string id, context_id, state, owner, tenant, json;
   int64_t time_us = 0;
   uint64_t version = 0;
+  std::string problem;  // ABI 1.2, deliver_corrupt only
 };
 
 Rec copy(const tnx_task_record *r) {
@@ -83,6 +85,7 @@ Rec copy(const tnx_task_record *r) {
   o.json = V(r->task_json);
   o.time_us = r->status_time_us;
   o.version = r->version;
+  if (TNX_HAS_FIELD(r, tnx_task_record, problem)) o.problem = V(r->problem);
   return o;
 }
 
@@ -444,6 +447,86 @@ TEST_CASE("open: a directory where no task file can be created fails at open, na
   r = Store::open_raw("/proc/self", &s, TNX_OPEN_READ_ONLY);
   CHECK(r.rc == TNX_OK);
   if (s != nullptr) CHECK(Store::vt()->close(s, nullptr, 0) == TNX_OK);
+}
+
+TEST_CASE("deliver_corrupt: a task file the process may not read is delivered with why, not fatal") {
+  TempDir t;
+  {
+    Store w(t.path);
+    REQUIRE(w.save(task("ok", 1)).rc == TNX_OK);
+    REQUIRE(w.save(task("locked", 2)).rc == TNX_OK);
+  }
+  REQUIRE(::chmod(t.path.c_str(), 0755) == 0);  // so that "nobody" may enter
+  REQUIRE(::chmod((t / "locked.json").c_str(), 0) == 0);
+  const std::string locked = t / "locked.json";
+  // Returns "" when everything is as expected, else what was not.
+  auto check = [&]() -> std::string {
+    tnx_store *raw = nullptr;
+    Result o = Store::open_raw(t.path, &raw, TNX_OPEN_READ_ONLY);  // no write access needed
+    if (o.rc != TNX_OK) return "open: " + o.err;
+    struct Closer {
+      tnx_store *s;
+      ~Closer() { Store::vt()->close(s, nullptr, 0); }
+    } closer{raw};
+    auto list = [&](bool deliver) {
+      Result r;
+      tnx_list_query q = Store::query();
+      q.deliver_corrupt = deliver ? 1u : 0u;
+      char err[1024] = {0};
+      r.rc = Store::vt()->list(
+          raw, &q,
+          [](void *c, const tnx_task_record *rec) -> int32_t {
+            static_cast<Result *>(c)->recs.push_back(copy(rec));
+            return 0;
+          },
+          [](void *, tnx_str) {}, &r, err, sizeof err);
+      r.err = err;
+      return r;
+    };
+    Result plain = list(false);
+    if (plain.rc != TNX_EIO || plain.err.find(locked) == std::string::npos)
+      return "list without deliver_corrupt: rc " + std::to_string(plain.rc) + " " + plain.err;
+    Result all = list(true);
+    if (all.rc != TNX_OK) return "list with deliver_corrupt: " + all.err;
+    if (all.recs.size() != 2) return "want 2 records, got " + std::to_string(all.recs.size());
+    for (const Rec &r : all.recs) {
+      if (r.id == "ok" && (r.version == 0 || !r.problem.empty())) return "the readable record came back damaged";
+      if (r.id == "locked" && (r.version != 0 || r.problem.find("Permission denied") == std::string::npos ||
+                               r.problem.find(locked) == std::string::npos))
+        return "locked record: version " + std::to_string(r.version) + " problem '" + r.problem + "'";
+    }
+    return "";
+  };
+  std::string why;
+  if (::geteuid() == 0) {
+    // Root reads any file: check as "nobody" in a child process.
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(77);  // no CAP_SETUID here
+      const std::string w = check();
+      (void)!::write(fds[1], w.data(), w.size());
+      ::_exit(w.empty() ? 0 : 1);
+    }
+    ::close(fds[1]);
+    char buf[2048];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) why.append(buf, size_t(n));
+    ::close(fds[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+      MESSAGE("root without CAP_SETUID: cannot check as another user; skipped");
+      ::chmod((t / "locked.json").c_str(), 0644);
+      return;
+    }
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  } else {
+    why = check();
+  }
+  CHECK_MESSAGE(why.empty(), why);
+  ::chmod((t / "locked.json").c_str(), 0644);
 }
 
 TEST_CASE("messages: a NUL or newline in an id does not cut or forge the message; long ids cut on a UTF-8 boundary") {

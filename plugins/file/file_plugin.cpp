@@ -544,6 +544,13 @@ std::atomic<uint64_t> g_temp_counter{0};
 // The store
 // ---------------------------------------------------------------------------
 
+// A TNX_EIO failure of one task file alone (permission, a read error), as
+// opposed to the directory or the process: list's deliver_corrupt hands the
+// record over with this message instead of failing the whole list.
+struct UnreadableFile : Error {
+  using Error::Error;
+};
+
 class FileStore final : public toolnexus::sdk::Store {
  public:
   FileStore(Fd dir, std::string path) : dir_(std::move(dir)), path_(std::move(path)), sync_(dir_.get()) {}
@@ -724,7 +731,11 @@ class FileStore final : public toolnexus::sdk::Store {
                                         ", which is not stored under this name");
       }
       } catch (const Error &e) {
-        if (e.code != TNX_ECORRUPT || !deliver_corrupt) throw;
+        // deliver_corrupt: an undecodable record, or one whose own file
+        // cannot be read (no permission, a bad sector), is delivered; any
+        // other failure still ends the list.
+        const bool this_file = e.code == TNX_ECORRUPT || dynamic_cast<const UnreadableFile *>(&e) != nullptr;
+        if (!this_file || !deliver_corrupt) throw;
         // ABI 1.1 deliver_corrupt: hand the raw bytes over under the id the
         // name says (or the file name when only a hash is known), whatever
         // the filters, and go on.
@@ -979,6 +990,8 @@ class FileStore final : public toolnexus::sdk::Store {
       if (e == ENOENT) return std::nullopt;
       if (e == ELOOP)
         throw Error(TNX_ECORRUPT, "'" + path(name) + "' is a symbolic link, not a task file");
+      if (e == EACCES || e == EPERM)
+        throw UnreadableFile(TNX_EIO, "cannot open '" + path(name) + "': " + errtext(e));
       throw Error(TNX_EIO, "cannot open '" + path(name) + "': " + errtext(e));
     }
     struct stat st;
@@ -994,7 +1007,7 @@ class FileStore final : public toolnexus::sdk::Store {
       const ssize_t n = ::read(fd.get(), &data[got], data.size() - got);
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw Error(TNX_EIO, "cannot read '" + path(name) + "': " + errtext(errno));
+        throw UnreadableFile(TNX_EIO, "cannot read '" + path(name) + "': " + errtext(errno));
       }
       if (n == 0) break;
       got += static_cast<size_t>(n);

@@ -335,9 +335,14 @@ typedef struct tnx_list_query {
    *  only). A store may ignore this and deliver the JSON anyway. */
   uint32_t omit_json;
   /** ABI 1.1 (the same bytes were `reserved0`, always 0, in 1.0).
-   *  0: a record that cannot be decoded stops the list with TNX_ECORRUPT.
+   *  0: a record that cannot be decoded stops the list with TNX_ECORRUPT
+   *  (one whose own storage cannot be read, with TNX_EIO).
    *  Non-zero: deliver it instead, whatever the filters, and go on (for
-   *  tools that copy or check a whole store): `id` = its id, or when the store cannot recover the id a
+   *  tools that copy or check a whole store). This covers a record that
+   *  cannot be decoded and, where the store can tell, one whose own storage
+   *  alone cannot be read (e.g. a task file without read permission); a
+   *  failure of the whole store still ends the list. `id` = its id, or when
+   *  the store cannot recover the id a
    *  store-specific name of its location (e.g. the file name); state and
    *  context_id empty; status_time_us = TNX_TIME_NONE; version 0; task_json =
    *  the raw stored bytes (may be empty or not JSON); since ABI 1.2
