@@ -65,6 +65,45 @@ bool same_location(const std::string &a, const std::string &b) {
   return path_of(a, ca) == path_of(b, cb);
 }
 
+// Text from a store (an id, a reason) as it may be printed on a terminal:
+// valid UTF-8 kept, control bytes and bytes of invalid UTF-8 shown as \xHH
+// (a damaged record's name may be anything; a terminal must not obey it).
+std::string printable(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) hex(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // Length of a well-formed sequence starting here (RFC 3629), or 0.
+    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n != 0 && i + n <= s.size()) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      bool ok = (c1 & 0xC0) == 0x80 && !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F) &&
+                !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
+      for (size_t k = 2; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+      if (ok) {
+        out.append(s.substr(i, n));
+        i += n;
+        continue;
+      }
+    }
+    hex(c);
+    ++i;
+  }
+  return out;
+}
+
 std::string time_text(int64_t us) { return us == kNoTime ? "-" : format_timestamp(us); }
 
 // Every record of `q` across pages, handed to `f` one at a time.
@@ -279,8 +318,8 @@ int cmd_copy(const Options &o) {
     if (!why.empty()) {
       ++failed;
       if (::isatty(2)) std::fprintf(stderr, "\n");
-      std::cerr << "toolnexus store copy: cannot copy record '" << r.id << "' of " << o.positional[1] << ": " << why
-                << "\n";
+      std::cerr << "toolnexus store copy: cannot copy record '" << printable(r.id) << "' of " << o.positional[1]
+                << ": " << printable(why) << "\n";
       progress.step(seen);
       return;
     }
@@ -311,7 +350,7 @@ int cmd_check(const Options &o) {
       ++sound;
     } else {
       ++bad;
-      std::cout << "BAD " << r.id << ": " << why << "\n";
+      std::cout << "BAD " << printable(r.id) << ": " << printable(why) << "\n";
     }
   });
   std::cout << sound << " sound, " << bad << " bad\n";

@@ -479,7 +479,7 @@ const std::vector<Rule> kRules = {
     {"invalid-task-rejected", "a Task without id or with invalid UTF-8 never reaches the store", invalid_rejected},
     {"large-task", "a 1 MiB Task round-trips intact", large_task},
     {"concurrency", "8 threads saving, reading and CAS-incrementing lose and tear nothing", concurrency},
-    {"close", "close is idempotent and a closed store refuses calls", closed_store},
+    {"close", "through the host, close is idempotent and a closed store refuses calls (a plugin's close runs once)", closed_store},
     {"info", "info() names the scheme and only known capability bits", info_rule},
     {"read-only-open", "a read-only open reads what is stored and refuses every write (ABI 1.2)", read_only_rule},
 };

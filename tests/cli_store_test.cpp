@@ -257,6 +257,13 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
                     std::string::npos,
                 r.out);
   CHECK(r.out.find("1 sound, 3 bad") != std::string::npos);
+
+  // A damaged record whose name decodes to bytes that are not UTF-8 (or are
+  // control characters) is printed escaped, never raw to the terminal.
+  spit(dir / "~%FF%1Bx.json", "garbage");
+  r = run({"store", "check", sel});
+  CHECK_MESSAGE(r.out.find("BAD \\xff\\x1bx: ") != std::string::npos, r.out);
+  CHECK(r.out.find('\x1b') == std::string::npos);
   fs::remove_all(dir);
   fs::remove_all(dest);
 }

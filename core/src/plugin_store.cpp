@@ -281,7 +281,8 @@ std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugi
   if (rc != TNX_OK || handle == nullptr) {
     std::string msg = "cannot open store " + display + " with plugin " + plugin->info.name + " (" +
                       plugin->info.path + "): " +
-                      (err[0] != '\0' ? std::string(err) : std::string(tnx_strerror(rc)));
+                      (err[0] != '\0' ? std::string(err)
+                                       : std::string(tnx_strerror(rc)) + " (the plugin gave no message)");
     if (rc == TNX_EINVAL) throw std::invalid_argument(msg);
     Status st = (rc <= TNX_ENOTFOUND && rc >= TNX_EINTERNAL) ? static_cast<Status>(rc) : Status::internal;
     if (rc == TNX_OK) st = Status::internal;

@@ -343,12 +343,17 @@ typedef struct tnx_list_query {
    *  alone cannot be read (e.g. a task file without read permission); a
    *  failure of the whole store still ends the list. `id` = its id, or when
    *  the store cannot recover the id a
-   *  store-specific name of its location (e.g. the file name); state and
+   *  store-specific name of its location (e.g. the file name), UTF-8 like
+   *  every id; state and
    *  context_id empty; status_time_us = TNX_TIME_NONE; version 0; task_json =
    *  the raw stored bytes (may be empty or not JSON); since ABI 1.2
    *  `problem` = why (the message list would have failed with). The host
    *  recognises such a record by `problem` or, from an older store, by
-   *  parsing. A 1.0 store ignores this field and stops as with 0. */
+   *  parsing. With TNX_TIME_NONE it sorts last and paging goes on past it.
+   *  A save with TNX_VERSION_ANY replaces such a record (that is how a
+   *  store is repaired); its delivered version 0 is TNX_VERSION_NONE, so a
+   *  save expecting that gets TNX_ECONFLICT (the record exists).
+   *  A 1.0 store ignores this field and stops as with 0. */
   uint32_t deliver_corrupt;
 } tnx_list_query;
 
@@ -415,8 +420,8 @@ typedef struct tnx_store_vtable {
 
   /**
    * list: delivers the matching records of one page, in order, to
-   * `record_sink`, then (only if more records may follow) the next cursor to
-   * `cursor_sink`. A record that cannot be decoded is not skipped: list stops
+   * `record_sink`, then, only when another matching record exists after
+   * them, the next cursor to `cursor_sink`. A record that cannot be decoded is not skipped: list stops
    * and returns TNX_ECORRUPT naming it.
    * Returns TNX_OK (possibly with zero records), TNX_EINVAL (bad query or
    * cursor), TNX_EUNSUPPORTED (a filter_flags bit the store does not know:
@@ -498,7 +503,10 @@ typedef struct tnx_open_args {
  *  The plugin must create, migrate and repair nothing while opening (no
  *  directory, file, table, schema change or clean-up of stray files); when
  *  no store exists at the location it returns TNX_ENOTFOUND naming the
- *  location. save and del on such a store return TNX_EUNSUPPORTED.
+ *  location. A location that exists but holds nothing yet, where that is
+ *  how the store looks right after a normal open (e.g. an empty directory
+ *  for a file-per-Task store), is an empty store, not TNX_ENOTFOUND.
+ *  save and del on such a store return TNX_EUNSUPPORTED.
  *  A plugin older than ABI 1.2 never sees this flag; the host then still
  *  refuses save/del itself but cannot stop open from creating. */
 #define TNX_OPEN_READ_ONLY ((uint32_t)1u << 0)
