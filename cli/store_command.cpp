@@ -72,34 +72,24 @@ std::string printable(std::string_view s) {
   static const char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
-  auto hex = [&](unsigned char c) {
-    out += "\\x";
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  };
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f) hex(c);
-      else out += static_cast<char>(c);
+    size_t n = 0;  // length of a valid multi-byte sequence starting here
+    if (c >= 0x80)
+      for (size_t k = 2; k <= 4 && n == 0 && i + k <= s.size(); ++k)
+        if (is_valid_utf8(s.substr(i, k))) n = k;
+    if (n != 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
       ++i;
-      continue;
+    } else {
+      out += static_cast<char>(c);
+      ++i;
     }
-    // Length of a well-formed sequence starting here (RFC 3629), or 0.
-    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (n != 0 && i + n <= s.size()) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      bool ok = (c1 & 0xC0) == 0x80 && !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F) &&
-                !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
-      for (size_t k = 2; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-      if (ok) {
-        out.append(s.substr(i, n));
-        i += n;
-        continue;
-      }
-    }
-    hex(c);
-    ++i;
   }
   return out;
 }

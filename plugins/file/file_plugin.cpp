@@ -563,15 +563,24 @@ class FileStore final : public toolnexus::sdk::Store {
   // recover() would not remove).
   void probe_writable() {
     std::string tmp;
+    Fd fd = create_temp(tmp);
+    if (fd.get() < 0) {
+      const int e = errno;
+      throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "': " + errtext(e));
+    }
+    ::unlinkat(dir_.get(), tmp.c_str(), 0);
+  }
+
+  // Creates a new, empty .tnx-<pid>-<n>.tmp (O_EXCL; the next name on a
+  // clash) and sets `tmp` to its name. On failure returns an invalid Fd
+  // with errno set.
+  Fd create_temp(std::string &tmp) const {
     for (;;) {
       tmp = std::string(kTempPrefix) + std::to_string(::getpid()) + "-" +
             std::to_string(g_temp_counter.fetch_add(1, std::memory_order_relaxed)) + std::string(kTempSuffix);
       Fd fd(::openat(dir_.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-      if (fd.get() >= 0) break;
-      if (errno != EEXIST)
-        throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "': " + errtext(errno));
+      if (fd.get() >= 0 || errno != EEXIST) return fd;
     }
-    ::unlinkat(dir_.get(), tmp.c_str(), 0);
   }
 
   void recover() {
@@ -1067,15 +1076,10 @@ class FileStore final : public toolnexus::sdk::Store {
   // behind and `name` is untouched.
   void replace(const std::string &name, std::string_view data, const std::string &id) {
     std::string tmp;
-    Fd fd;
-    for (;;) {
-      tmp = std::string(kTempPrefix) + std::to_string(::getpid()) + "-" +
-            std::to_string(g_temp_counter.fetch_add(1, std::memory_order_relaxed)) + std::string(kTempSuffix);
-      fd = Fd(::openat(dir_.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-      if (fd.get() >= 0) break;
-      if (errno != EEXIST)
-        throw Error(TNX_EIO, "save of task " + quote(id) + ": cannot create '" + path(tmp) +
-                                 "': " + errtext(errno));
+    Fd fd = create_temp(tmp);
+    if (fd.get() < 0) {
+      const int e = errno;
+      throw Error(TNX_EIO, "save of task " + quote(id) + ": cannot create '" + path(tmp) + "': " + errtext(e));
     }
     auto fail = [&](const char *what, int e) {
       fd.reset();

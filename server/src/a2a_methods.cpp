@@ -467,7 +467,7 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
     cq.page_size = 1000;
     do {
       ListPage cp = lifecycle_.store()->list(cq);
-      for (const TaskRecord &r : cp.records) total += r.version != 0 && r.problem.empty() ? 1 : 0;
+      for (const TaskRecord &r : cp.records) total += r.version != 0 ? 1 : 0;
       cq.cursor = cp.next_cursor;
     } while (!cq.cursor.empty());
   }
