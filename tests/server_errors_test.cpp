@@ -79,7 +79,7 @@ TEST_CASE("JSON-RPC envelope errors") {
     CHECK(field_of(d) == "params.historyLength");
     d = c.call("SendMessage", "", "14");
     expect_error(d, -32602, "14");
-    CHECK(field_of(d) == "params");
+    CHECK(field_of(d) == "params.message");
     d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","parts":[]}})", "15");
     expect_error(d, -32602, "15");
     CHECK(field_of(d) == "params.message.parts");
@@ -119,8 +119,17 @@ TEST_CASE("JSON-RPC envelope errors") {
     CHECK(field_of(d) == "params");
   }
   SUBCASE("-32009 unsupported A2A-Version") {
-    auto d = c.call("GetTask", R"({"id":"x"})", "30", "A2A-Version: 1.0\r\n");
+    auto d = c.call("GetTask", R"({"id":"x"})", "30", "A2A-Version: 2.0\r\n");
     expect_error(d, -32009, "30");
+    // A v1.0-style error: data = [google.rpc.ErrorInfo] with the spec's reason.
+    CHECK(to_json(d["error"]["data"]) ==
+          R"([{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"VERSION_NOT_SUPPORTED",)"
+          R"("domain":"a2a-protocol.org","metadata":{"field":"A2A-Version"}}])");
+    CHECK(error_message(d).find("'2.0'") != std::string::npos);
+    expect_error(c.call("GetTask", R"({"id":"x"})", "32", "A2A-Version: 1.1\r\n"), -32009, "32");
+    expect_error(c.call("GetTask", R"({"id":"x"})", "33", "A2A-Version: one\r\n"), -32009, "33");
+    // 1.0 is served (the Task is simply not there).
+    expect_error(c.call("GetTask", R"({"id":"x"})", "34", "A2A-Version: 1.0\r\n"), -32001, "34");
     // v0.3 explicitly is fine (the Task is simply not there).
     expect_error(c.call("GetTask", R"({"id":"x"})", "31", "A2A-Version: 0.3\r\n"), -32001, "31");
   }
@@ -206,11 +215,13 @@ TEST_CASE("A2A errors") {
   }
 }
 
-TEST_CASE("HTTP surface: 404 for anything but POST / and the card") {
+TEST_CASE("HTTP surface: 404 for anything but POST /, the card and the HTTP+JSON routes") {
   Fixture f;
   Connection conn(port_of(f.server.url()));
   CHECK(conn.get("/").status == 404);
-  CHECK(conn.get("/tasks").status == 404);
+  CHECK(conn.get("/rpc").status == 404);
+  CHECK(conn.get("/tasks").status == 200);  // HTTP+JSON ListTasks
+  CHECK(conn.get("/tasks/x/y").status == 404);
   CHECK(conn.get("/.well-known/agent.json").status == 200);
   auto r = conn.get("/.well-known/agent-card.json");
   CHECK(r.status == 200);

@@ -154,7 +154,8 @@ TEST_CASE("a Task sent to one replica is read, listed, resumed and canceled thro
   CHECK(listed == std::set<std::string>{t1, t2});
 
   // Resumed on B (the pending request was saved by A: nothing in memory).
-  auto resumed = cb.call("SendMessage", R"({"message":)" + message("approve", "m-3", t1) + "}");
+  auto resumed = cb.call("SendMessage", R"({"message":)" + message("approve", "m-3", t1) +
+                                            R"(,"configuration":{"blocking":false}})");
   CHECK(state_of(resumed) == "working");
   auto done = ca.wait_settled(t1);
   CHECK(state_of(done) == "completed");

@@ -44,10 +44,12 @@ TEST_CASE("an input-required Task survives a restart and is resumed by the next 
     const std::string prompt = status_text(final["result"]);
     CHECK(prompt.find("Approval required") != std::string::npos);
     CHECK(prompt.find("\"go\"") != std::string::npos);
-    // The pending request is in the Task itself.
-    const auto &pending = final["result"]["metadata"]["toolnexus/pending"];
+    // The pending request is in the stored Task itself; clients never see it.
+    CHECK(!final["result"].HasMember("metadata"));
+    const auto stored = stored_task(server, id);
+    const auto &pending = stored["metadata"]["toolnexus/pending"];
     CHECK(std::string(pending["data"]["originalText"].GetString()) == "go");
-    CHECK(!final["result"]["metadata"].HasMember("toolnexus/lease"));
+    CHECK(!stored["metadata"].HasMember("toolnexus/lease"));
     server.stop();
   }
 
@@ -103,7 +105,8 @@ TEST_CASE("approval: deny rejects, anything else asks again, and both spellings 
   auto again = c.wait_settled(id);
   REQUIRE(state_of(again) == "input-required");
   CHECK(status_text(again["result"]).find("Please answer") != std::string::npos);
-  CHECK(std::string(again["result"]["metadata"]["toolnexus/pending"]["data"]["originalText"].GetString()) ==
+  CHECK(!again["result"].HasMember("metadata"));
+  CHECK(std::string(stored_task(server, id)["metadata"]["toolnexus/pending"]["data"]["originalText"].GetString()) ==
         "ship it");
 
   // v0.3 spelling: message/send, tasks/get.

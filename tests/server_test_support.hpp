@@ -253,9 +253,11 @@ class Client {
   }
 
   /// SendMessage with one text part; `extra` is spliced into the message
-  /// object (e.g. R"("taskId":"...")").
+  /// object (e.g. R"("taskId":"...")"). Without a `configuration` the call
+  /// is non-blocking ({"blocking":false}: answered at once with the Task as
+  /// saved); the protocol's default is blocking.
   rapidjson::Document send(const std::string &text, const std::string &extra = {},
-                           const std::string &configuration = {}) {
+                           std::string configuration = R"({"blocking":false})") {
     std::string msg = R"({"role":"user","messageId":)" + q("m-" + std::to_string(++counter_)) +
                       R"(,"parts":[{"kind":"text","text":)" + q(text) + "}]";
     if (!extra.empty()) msg += "," + extra;
@@ -320,6 +322,14 @@ inline toolnexus::ServerOptions test_options() {
   o.listen = "127.0.0.1:0";
   o.log_level = toolnexus::LogLevel::error;
   return o;
+}
+
+/// The Task as stored (with the server-private metadata clients never see),
+/// read from the server's store; fails the test when it is not there.
+inline rapidjson::Document stored_task(const toolnexus::ServerHandle &server, const std::string &id) {
+  auto rec = server.store()->get(id);
+  REQUIRE_MESSAGE(rec.has_value(), "Task " << id << " is not in the store");
+  return parse(rec->json);
 }
 
 /// The text of the first part of the first artifact.

@@ -14,43 +14,33 @@ namespace ts = toolnexus::task_state;
 
 namespace {
 
-enum class Method {
-  send_message,
-  get_task,
-  cancel_task,
-  list_tasks,
-  streaming,
-  push_notification,
-  extended_card,
-};
-
-const std::unordered_map<std::string_view, Method> &method_table() {
-  static const std::unordered_map<std::string_view, Method> table = {
-      {"SendMessage", Method::send_message},
-      {"message/send", Method::send_message},
-      {"GetTask", Method::get_task},
-      {"tasks/get", Method::get_task},
-      {"CancelTask", Method::cancel_task},
-      {"tasks/cancel", Method::cancel_task},
-      {"ListTasks", Method::list_tasks},
-      {"tasks/list", Method::list_tasks},
-      {"SendStreamingMessage", Method::streaming},
-      {"message/stream", Method::streaming},
-      {"SubscribeToTask", Method::streaming},
-      {"tasks/resubscribe", Method::streaming},
-      {"tasks/pushNotificationConfig/set", Method::push_notification},
-      {"tasks/pushNotificationConfig/get", Method::push_notification},
-      {"tasks/pushNotificationConfig/list", Method::push_notification},
-      {"tasks/pushNotificationConfig/delete", Method::push_notification},
-      {"SetTaskPushNotificationConfig", Method::push_notification},
-      {"CreateTaskPushNotificationConfig", Method::push_notification},
-      {"GetTaskPushNotificationConfig", Method::push_notification},
-      {"ListTaskPushNotificationConfig", Method::push_notification},
-      {"ListTaskPushNotificationConfigs", Method::push_notification},
-      {"DeleteTaskPushNotificationConfig", Method::push_notification},
-      {"agent/getAuthenticatedExtendedCard", Method::extended_card},
-      {"GetExtendedAgentCard", Method::extended_card},
-      {"GetAuthenticatedExtendedCard", Method::extended_card},
+const std::unordered_map<std::string_view, A2AMethod> &method_table() {
+  static const std::unordered_map<std::string_view, A2AMethod> table = {
+      {"SendMessage", A2AMethod::send_message},
+      {"message/send", A2AMethod::send_message},
+      {"GetTask", A2AMethod::get_task},
+      {"tasks/get", A2AMethod::get_task},
+      {"CancelTask", A2AMethod::cancel_task},
+      {"tasks/cancel", A2AMethod::cancel_task},
+      {"ListTasks", A2AMethod::list_tasks},
+      {"tasks/list", A2AMethod::list_tasks},
+      {"SendStreamingMessage", A2AMethod::streaming},
+      {"message/stream", A2AMethod::streaming},
+      {"SubscribeToTask", A2AMethod::streaming},
+      {"tasks/resubscribe", A2AMethod::streaming},
+      {"tasks/pushNotificationConfig/set", A2AMethod::push_notification},
+      {"tasks/pushNotificationConfig/get", A2AMethod::push_notification},
+      {"tasks/pushNotificationConfig/list", A2AMethod::push_notification},
+      {"tasks/pushNotificationConfig/delete", A2AMethod::push_notification},
+      {"SetTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"CreateTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"GetTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"ListTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"ListTaskPushNotificationConfigs", A2AMethod::push_notification},
+      {"DeleteTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"agent/getAuthenticatedExtendedCard", A2AMethod::extended_card},
+      {"GetExtendedAgentCard", A2AMethod::extended_card},
+      {"GetAuthenticatedExtendedCard", A2AMethod::extended_card},
   };
   return table;
 }
@@ -62,6 +52,8 @@ struct ThreadState {
   char buffer[kBuffer];
   rapidjson::MemoryPoolAllocator<> alloc{buffer, kBuffer};
   rapidjson::Document doc{&alloc};
+  /// GetTask's fast path filters stored bytes into this first.
+  rapidjson::StringBuffer scratch;
   void reset() {
     doc.SetNull();
     alloc.Clear();
@@ -75,11 +67,6 @@ ThreadState &thread_state() {
 
 [[noreturn]] void bad_param(const std::string &field, const std::string &what) {
   throw RpcError(rpc_code::kInvalidParams, "invalid params: " + field + " " + what, field);
-}
-
-const rapidjson::Value &require_params(const rapidjson::Value *params) {
-  if (params == nullptr) bad_param("params", "is required");
-  return *params;
 }
 
 // Optional member that must be a string when present (null counts as absent).
@@ -102,8 +89,20 @@ std::optional<int64_t> opt_int(const rapidjson::Value &obj, std::string_view nam
                                int64_t min, int64_t max) {
   const rapidjson::Value *v = find(obj, name);
   if (v == nullptr || v->IsNull()) return std::nullopt;
-  if (!v->IsInt64()) bad_param(field, "must be an integer");
-  const int64_t n = v->GetInt64();
+  int64_t n = 0;
+  if (v->IsInt64()) {
+    n = v->GetInt64();
+  } else if (v->IsString()) {
+    // ProtoJSON may send integers as strings; HTTP+JSON query values are.
+    const std::string_view s(v->GetString(), v->GetStringLength());
+    const std::size_t digits_from = !s.empty() && s[0] == '-' ? 1 : 0;
+    if (s.size() == digits_from || s.size() > 18 ||
+        s.find_first_not_of("0123456789", digits_from) != std::string_view::npos)
+      bad_param(field, "must be an integer");
+    n = std::stoll(std::string(s));
+  } else {
+    bad_param(field, "must be an integer");
+  }
   if (n < min || n > max)
     bad_param(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
   return n;
@@ -112,6 +111,11 @@ std::optional<int64_t> opt_int(const rapidjson::Value &obj, std::string_view nam
 std::optional<bool> opt_bool(const rapidjson::Value &obj, std::string_view name, const std::string &field) {
   const rapidjson::Value *v = find(obj, name);
   if (v == nullptr || v->IsNull()) return std::nullopt;
+  if (v->IsString()) {  // HTTP+JSON query values
+    const std::string_view s(v->GetString(), v->GetStringLength());
+    if (s == "true") return true;
+    if (s == "false") return false;
+  }
   if (!v->IsBool()) bad_param(field, "must be true or false");
   return v->GetBool();
 }
@@ -173,97 +177,30 @@ bool text_output_accepted(const rapidjson::Value &modes) {
   return false;
 }
 
-void trim_history(Task &task, int64_t history_length) {
-  rapidjson::Value *h = find(task.json(), "history");
-  if (h == nullptr || !h->IsArray()) return;
-  const auto size = static_cast<int64_t>(h->Size());
-  if (size <= history_length) return;
-  h->Erase(h->Begin(), h->Begin() + (size - history_length));
+
+// A v0.3 validation error names v0.3 members; a v1.0 client is told how
+// its own message differs when it sent a v1.0 shape without the header.
+void validate_v03_message(const rapidjson::Value &m) {
+  try {
+    validate_message(m);
+  } catch (const RpcError &e) {
+    const std::string_view role = str(find(m, "role"));
+    if (role == "ROLE_USER" || role == "ROLE_AGENT")
+      throw RpcError(e.code(),
+                     std::string(e.what()) + " (this is an A2A 1.0 message: send the header A2A-Version: 1.0)",
+                     e.field());
+    throw;
+  }
 }
 
-// Writes a Task as a result value; `history_length` < 0 = whole history.
-void write_task_value(rapidjson::Writer<rapidjson::StringBuffer> &w, Task &task, int64_t history_length,
-                      bool include_artifacts) {
-  if (history_length >= 0) trim_history(task, history_length);
-  if (!include_artifacts) remove_member(task.json(), "artifacts");
-  task.json().Accept(w);
+// The JSON-RPC params of a request without any: an empty object.
+const rapidjson::Value &empty_object() {
+  static const rapidjson::Value empty(rapidjson::kObjectType);
+  return empty;
 }
 
-void write_task(ResponseWriter &out, const rapidjson::Value *id, Task &task, int64_t history_length) {
-  auto &w = out.begin_result(id);
-  write_task_value(w, task, history_length, true);
-  out.end_result();
-}
-
-// Records the top-level "id" string of the object it reads.
-struct TopLevelId : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TopLevelId> {
-  int depth = 0;
-  bool next_is_id = false;
-  bool seen = false;
-  std::string id;
-  bool Default() {
-    next_is_id = false;
-    return true;
-  }
-  bool String(const char *s, rapidjson::SizeType n, bool) {
-    if (next_is_id && !seen) {
-      id.assign(s, n);
-      seen = true;
-    }
-    next_is_id = false;
-    return true;
-  }
-  bool Key(const char *s, rapidjson::SizeType n, bool) {
-    next_is_id = depth == 1 && std::string_view(s, n) == "id";
-    return true;
-  }
-  bool StartObject() {
-    ++depth;
-    next_is_id = false;
-    return true;
-  }
-  bool EndObject(rapidjson::SizeType) {
-    --depth;
-    return true;
-  }
-  bool StartArray() {
-    ++depth;
-    next_is_id = false;
-    return true;
-  }
-  bool EndArray(rapidjson::SizeType) {
-    --depth;
-    return true;
-  }
-};
-
-// True when `json` is one well-formed, UTF-8-valid JSON object whose "id" is
-// `id` (checked without building a DOM and without recursion): stored bytes
-// that belong to another Task are never served as this one.
-bool is_task_json_of(const std::string &json, std::string_view id) {
-  std::size_t i = 0;
-  while (i < json.size() && (json[i] == ' ' || json[i] == '\n' || json[i] == '\r' || json[i] == '\t')) ++i;
-  if (i == json.size() || json[i] != '{') return false;
-  rapidjson::StringStream ss(json.c_str());
-  TopLevelId handler;
-  rapidjson::Reader reader;
-  const auto ok =
-      reader.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(ss, handler);
-  return !ok.IsError() && ss.Tell() == json.size() && handler.seen && handler.id == id;
-}
-
-std::optional<std::string> parse_state_filter(std::string_view s) {
-  if (ts::is_known(s)) return std::string(s);
-  // v1.0 spelling: TASK_STATE_INPUT_REQUIRED -> input-required.
-  constexpr std::string_view prefix = "TASK_STATE_";
-  if (s.substr(0, prefix.size()) == prefix) {
-    std::string out;
-    for (char c : s.substr(prefix.size()))
-      out += c == '_' ? '-' : static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    if (out == "cancelled") out = "canceled";
-    if (ts::is_known(out)) return out;
-  }
-  return std::nullopt;
+void write_view(JsonWriter &w, const Task &task, Dialect d, const TaskView &view) {
+  write_task(w, task.json(), d, view);
 }
 
 }  // namespace
@@ -271,94 +208,154 @@ std::optional<std::string> parse_state_filter(std::string_view s) {
 A2AMethods::A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms)
     : lifecycle_(lifecycle), log_(log), max_json_depth_(max_json_depth), blocking_timeout_ms_(blocking_timeout_ms) {}
 
-void A2AMethods::handle(std::string_view body, const CallContext &call, ResponseWriter &out, std::string &method) {
+std::optional<A2AMethod> A2AMethods::method_named(std::string_view name) {
+  const auto &table = method_table();
+  auto it = table.find(name);
+  if (it == table.end()) return std::nullopt;
+  return it->second;
+}
+
+Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view method_name) const {
+  const std::string what_method = method_name.empty() ? std::string("request") : std::string(method_name);
+  try {
+    throw;
+  } catch (const RpcError &e) {
+    return {e.code(), e.what(), e.field()};
+  } catch (const LifecycleError &e) {
+    switch (e.code()) {
+      case LifecycleErrc::not_found:
+        // SendMessage names its Task in params.message.taskId, the others in params.id.
+        return {rpc_code::kTaskNotFound, e.what(),
+                m == A2AMethod::send_message ? "params.message.taskId" : "params.id"};
+      case LifecycleErrc::not_cancelable: return {rpc_code::kTaskNotCancelable, e.what(), {}};
+      case LifecycleErrc::terminal:
+      case LifecycleErrc::not_interrupted: return {rpc_code::kUnsupportedOperation, e.what(), {}};
+      case LifecycleErrc::context_mismatch:
+        return {rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message.contextId"};
+      case LifecycleErrc::overloaded:
+      case LifecycleErrc::stopping: return {rpc_code::kInternalError, e.what(), {}};
+    }
+    return {rpc_code::kInternalError, e.what(), {}};
+  } catch (const StoreError &e) {
+    log_.error("task store error in " + what_method + ": " + e.what());
+    return {rpc_code::kInternalError,
+            std::string("internal error: the task store failed (") + status_name(e.code()) +
+                "); details are in the server log",
+            {}};
+  } catch (const InvalidTask &e) {
+    return {rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message"};
+  } catch (const std::exception &e) {
+    log_.error("internal error in " + what_method + ": " + e.what());
+    return {rpc_code::kInternalError, "internal error; details are in the server log", {}};
+  } catch (...) {
+    log_.error("internal error in " + what_method + ": unknown exception");
+    return {rpc_code::kInternalError, "internal error; details are in the server log", {}};
+  }
+}
+
+void A2AMethods::handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
+                        ResponseWriter &out, std::string &method) {
   ThreadState &st = thread_state();
   st.reset();
   out.reset();
   method.clear();
   Envelope env;
+  std::optional<A2AMethod> m;
+  // Until the version is known, errors use the v1.0 shape when the client
+  // asked for anything but 0.3 (ErrorInfo is what a v1.0 client reads).
+  const std::optional<Dialect> dialect = dialect_for_version(a2a_version, Dialect::v0_3);
+  CallContext call;
+  call.principal = principal;
+  call.dialect = dialect.value_or(Dialect::v1_0);
   try {
     parse_envelope(body, max_json_depth_, st.doc, env);
     method.assign(env.method);
-    if (!call.a2a_version.empty() && call.a2a_version.substr(0, 2) != "0.") {
+    if (!dialect) {
       throw RpcError(rpc_code::kVersionNotSupported,
-                     "A2A-Version '" + std::string(call.a2a_version.substr(0, 32)) +
-                         "' is not supported: this server speaks A2A 0.3 (send no A2A-Version header, or 0.3)");
+                     "A2A-Version '" + std::string(a2a_version.substr(0, 32)) +
+                         "' is not supported: this server speaks A2A 1.0 (A2A-Version: 1.0) and 0.3 "
+                         "(no A2A-Version, or 0.3)",
+                     "A2A-Version");
     }
-    dispatch(env.method, env.id, env.params, call, out);
-  } catch (const RpcError &e) {
-    out.error(env.id, e.code(), e.what(), e.field());
-  } catch (const LifecycleError &e) {
-    switch (e.code()) {
-      case LifecycleErrc::not_found: {
-        // SendMessage names its Task in params.message.taskId, the others in params.id.
-        auto m = method_table().find(env.method);
-        const bool send = m != method_table().end() && m->second == Method::send_message;
-        out.error(env.id, rpc_code::kTaskNotFound, e.what(), send ? "params.message.taskId" : "params.id");
-        break;
-      }
-      case LifecycleErrc::not_cancelable: out.error(env.id, rpc_code::kTaskNotCancelable, e.what()); break;
-      case LifecycleErrc::terminal:
-      case LifecycleErrc::not_interrupted: out.error(env.id, rpc_code::kUnsupportedOperation, e.what()); break;
-      case LifecycleErrc::context_mismatch:
-        out.error(env.id, rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(),
-                  "params.message.contextId");
-        break;
-      case LifecycleErrc::overloaded:
-      case LifecycleErrc::stopping: out.error(env.id, rpc_code::kInternalError, e.what()); break;
+    m = method_named(env.method);
+    if (!m) {
+      throw RpcError(rpc_code::kMethodNotFound,
+                     "method '" + std::string(env.method.substr(0, 100)) +
+                         "' not found (this agent serves SendMessage, GetTask, CancelTask, ListTasks and "
+                         "their v0.3 spellings message/send, tasks/get, tasks/cancel, tasks/list)");
     }
-  } catch (const StoreError &e) {
-    log_.error(std::string("task store error in ") + (method.empty() ? "request" : method) + ": " + e.what());
-    out.error(env.id, rpc_code::kInternalError,
-              std::string("internal error: the task store failed (") + status_name(e.code()) +
-                  "); details are in the server log");
-  } catch (const InvalidTask &e) {
-    out.error(env.id, rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message");
-  } catch (const std::exception &e) {
-    log_.error(std::string("internal error in ") + (method.empty() ? "request" : method) + ": " + e.what());
-    out.error(env.id, rpc_code::kInternalError, "internal error; details are in the server log");
+    const rapidjson::Value &params = env.params != nullptr ? *env.params : empty_object();
+    if (call.dialect == Dialect::v1_0) {
+      if (auto tenant = opt_string(params, "tenant", "params.tenant")) call.tenant = std::string(*tenant);
+    }
+    JsonWriter &w = out.begin_result(env.id);
+    dispatch(*m, params, call, w);
+    out.end_result();
+  } catch (...) {
+    const Failure f = current_failure(m, method);
+    out.error(env.id, f.code, f.message, f.field, call.dialect);
   }
 }
 
-void A2AMethods::dispatch(std::string_view method, const rapidjson::Value *id, const rapidjson::Value *params,
-                          const CallContext &call, ResponseWriter &out) {
-  const auto &table = method_table();
-  auto it = table.find(method);
-  if (it == table.end()) {
-    throw RpcError(rpc_code::kMethodNotFound,
-                   "method '" + std::string(method.substr(0, 100)) + "' not found (this agent serves "
-                   "SendMessage, GetTask, CancelTask, ListTasks and their v0.3 spellings)");
+std::optional<Failure> A2AMethods::call(A2AMethod m, const rapidjson::Value &params, const CallContext &call,
+                                        ResponseWriter &out) {
+  out.reset();
+  try {
+    JsonWriter &w = out.begin_bare();
+    dispatch(m, params, call, w);
+    out.end_bare();
+    return std::nullopt;
+  } catch (...) {
+    out.reset();
+    return current_failure(m, {});
   }
-  switch (it->second) {
-    case Method::send_message: return send_message(id, params, call, out);
-    case Method::get_task: return get_task(id, params, call, out);
-    case Method::cancel_task: return cancel_task(id, params, call, out);
-    case Method::list_tasks: return list_tasks(id, params, call, out);
-    case Method::streaming:
+}
+
+void A2AMethods::dispatch(A2AMethod m, const rapidjson::Value &params, const CallContext &call, JsonWriter &w) {
+  switch (m) {
+    case A2AMethod::send_message: return send_message(params, call, w);
+    case A2AMethod::get_task: return get_task(params, call, w);
+    case A2AMethod::cancel_task: return cancel_task(params, call, w);
+    case A2AMethod::list_tasks: return list_tasks(params, call, w);
+    case A2AMethod::streaming:
       throw RpcError(rpc_code::kUnsupportedOperation,
                      "streaming is not supported by this agent (its card says capabilities.streaming: false); "
                      "use SendMessage and GetTask");
-    case Method::push_notification:
+    case A2AMethod::push_notification:
       throw RpcError(rpc_code::kPushNotificationNotSupported,
                      "push notifications are not supported by this agent");
-    case Method::extended_card:
-      throw RpcError(rpc_code::kExtendedCardNotConfigured,
-                     "this agent has no authenticated extended card");
+    case A2AMethod::extended_card:
+      throw RpcError(rpc_code::kExtendedCardNotConfigured, "this agent has no authenticated extended card");
   }
 }
 
-void A2AMethods::send_message(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                              ResponseWriter &out) {
-  const rapidjson::Value &p = require_params(params);
+void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
+  const bool v1 = call.dialect == Dialect::v1_0;
   const rapidjson::Value *m = find(p, "message");
   if (m == nullptr || m->IsNull()) bad_param("params.message", "is required");
   if (!m->IsObject()) bad_param("params.message", "must be an object");
-  validate_message(*m);
-  bool blocking = false;
+  // The stored (v0.3) form of the message: a v1.0 one is converted first.
+  rapidjson::Document converted;
+  rapidjson::Value stored;
+  const rapidjson::Value *message = m;
+  if (v1) {
+    stored = message_from_v1(*m, "params.message", converted.GetAllocator());
+    message = &stored;
+  } else {
+    validate_v03_message(*m);
+  }
+  // Blocking is the default in both dialects (v1.0: returnImmediately
+  // false, section 3.2.2; v0.3: blocking absent = true, as the official
+  // SDKs do): the answer comes when the Task is terminal or interrupted.
+  bool blocking = true;
   int64_t history_length = -1;
   if (const rapidjson::Value *c = find(p, "configuration"); c != nullptr && !c->IsNull()) {
     if (!c->IsObject()) bad_param("params.configuration", "must be an object");
-    blocking = opt_bool(*c, "blocking", "params.configuration.blocking").value_or(false);
+    if (v1) {
+      blocking = !opt_bool(*c, "returnImmediately", "params.configuration.returnImmediately").value_or(false);
+    } else {
+      blocking = opt_bool(*c, "blocking", "params.configuration.blocking").value_or(true);
+    }
     history_length =
         opt_int(*c, "historyLength", "params.configuration.historyLength", 0, INT32_MAX).value_or(-1);
     if (const rapidjson::Value *modes = find(*c, "acceptedOutputModes"); modes != nullptr && !modes->IsNull()) {
@@ -370,80 +367,103 @@ void A2AMethods::send_message(const rapidjson::Value *id, const rapidjson::Value
                        "this agent answers in text/plain, which acceptedOutputModes does not include",
                        "params.configuration.acceptedOutputModes");
     }
-    const rapidjson::Value *push = find(*c, "pushNotificationConfig");
-    if (push != nullptr && !push->IsNull())
-      throw RpcError(rpc_code::kPushNotificationNotSupported,
-                     "push notifications are not supported by this agent",
-                     "params.configuration.pushNotificationConfig");
+    for (const char *name : {"pushNotificationConfig", "taskPushNotificationConfig"}) {
+      const rapidjson::Value *push = find(*c, name);
+      if (push != nullptr && !push->IsNull())
+        throw RpcError(rpc_code::kPushNotificationNotSupported,
+                       "push notifications are not supported by this agent",
+                       std::string("params.configuration.") + name);
+    }
   }
   if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param("params.metadata", "must be an object");
 
-  const std::string_view task_id = str(find(*m, "taskId"));
-  Task task = task_id.empty() ? lifecycle_.create(*m, call.principal)
-                              : lifecycle_.resume(task_id, *m, call.principal);
+  const std::string_view task_id = str(find(*message, "taskId"));
+  Task task = task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant)
+                              : lifecycle_.resume(task_id, *message, call.principal, call.tenant);
   if (blocking) {
     const std::string tid(task.id());
-    task = lifecycle_.wait_until_settled(tid, call.principal, std::chrono::milliseconds(blocking_timeout_ms_));
+    task = lifecycle_.wait_until_settled(tid, call.principal, call.tenant,
+                                         std::chrono::milliseconds(blocking_timeout_ms_));
   }
-  write_task(out, id, task, history_length);
+  TaskView view;
+  view.history_length = history_length;
+  if (v1) {
+    // SendMessageResponse: the oneof {task | message} (v1.0 section 3.1.1).
+    w.StartObject();
+    w.Key("task");
+    write_view(w, task, call.dialect, view);
+    w.EndObject();
+  } else {
+    write_view(w, task, call.dialect, view);
+  }
 }
 
-void A2AMethods::get_task(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                          ResponseWriter &out) {
-  const rapidjson::Value &p = require_params(params);
+void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
   const std::string_view task_id = required_string(p, "id", "params.id");
   const std::optional<int64_t> history_length = opt_int(p, "historyLength", "params.historyLength", 0, INT32_MAX);
   std::optional<TaskRecord> rec = lifecycle_.store()->get(task_id);
-  // Another principal's Task answers exactly like a missing one.
-  if (!rec || rec->owner != call.principal)
+  // Another principal's or tenant's Task answers exactly like a missing one.
+  if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
     throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
-  if (!history_length) {
-    // The stored bytes are the answer: spliced in without a DOM.
-    if (!is_task_json_of(rec->json, rec->id))
+  if (!history_length && call.dialect == Dialect::v0_3) {
+    // The stored bytes, less private metadata, are the answer: filtered
+    // without a DOM and spliced in.
+    rapidjson::StringBuffer &scratch = thread_state().scratch;
+    scratch.Clear();
+    if (!filter_stored_task_v03(rec->json, rec->id, scratch))
       throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
-    auto &w = out.begin_result(id);
-    w.RawValue(rec->json.data(), rec->json.size(), rapidjson::kObjectType);
-    out.end_result();
+    w.RawValue(scratch.GetString(), scratch.GetSize(), rapidjson::kObjectType);
+    if (scratch.GetSize() > 256 * 1024) {  // do not pin big buffers
+      scratch.Clear();
+      scratch.ShrinkToFit();
+    }
     return;
   }
-  Task task = rec->task();
-  write_task(out, id, task, *history_length);
+  const Task task = rec->task();
+  TaskView view;
+  view.history_length = history_length.value_or(-1);
+  write_view(w, task, call.dialect, view);
 }
 
-void A2AMethods::cancel_task(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                             ResponseWriter &out) {
-  const rapidjson::Value &p = require_params(params);
+void A2AMethods::cancel_task(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
   const std::string_view task_id = required_string(p, "id", "params.id");
-  Task task = lifecycle_.cancel(task_id, call.principal);
-  write_task(out, id, task, -1);
+  if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
+    bad_param("params.metadata", "must be an object");
+  const Task task = lifecycle_.cancel(task_id, call.principal, call.tenant);
+  write_view(w, task, call.dialect, TaskView{});
 }
 
-void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                            ResponseWriter &out) {
-  static const rapidjson::Value empty(rapidjson::kObjectType);
-  const rapidjson::Value &p = params == nullptr ? empty : *params;
+void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
   ListQuery q;
   q.owner = call.principal;
-  if (auto ctx = opt_string(p, "contextId", "params.contextId")) q.context_id = std::string(*ctx);
-  if (auto status = opt_string(p, "status", "params.status")) {
-    auto state = parse_state_filter(*status);
+  q.tenant = call.tenant;
+  if (auto ctx = opt_string(p, "contextId", "params.contextId"); ctx && !ctx->empty())
+    q.context_id = std::string(*ctx);
+  if (auto status = opt_string(p, "status", "params.status"); status && *status != "TASK_STATE_UNSPECIFIED") {
+    auto state = state_from_any(*status);
     if (!state)
-      bad_param("params.status", "must be a task state (submitted, working, input-required, auth-required, "
-                                 "completed, canceled, failed, rejected, unknown)");
+      bad_param("params.status", call.dialect == Dialect::v1_0
+                                     ? "must be a TaskState (TASK_STATE_SUBMITTED, TASK_STATE_WORKING, "
+                                       "TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED, "
+                                       "TASK_STATE_COMPLETED, TASK_STATE_CANCELED, TASK_STATE_FAILED, "
+                                       "TASK_STATE_REJECTED)"
+                                     : "must be a task state (submitted, working, input-required, auth-required, "
+                                       "completed, canceled, failed, rejected, unknown)");
     q.state = *state;
   }
   const int64_t page_size = opt_int(p, "pageSize", "params.pageSize", 1, 100).value_or(50);
   q.page_size = static_cast<uint32_t>(page_size);
   if (auto token = opt_string(p, "pageToken", "params.pageToken")) q.cursor = std::string(*token);
-  const int64_t history_length = opt_int(p, "historyLength", "params.historyLength", 0, INT32_MAX).value_or(-1);
+  TaskView view;
+  view.history_length = opt_int(p, "historyLength", "params.historyLength", 0, INT32_MAX).value_or(-1);
   if (auto after = opt_string(p, "statusTimestampAfter", "params.statusTimestampAfter")) {
     int64_t us = 0;
     if (!parse_timestamp(*after, us))
       bad_param("params.statusTimestampAfter", "must be an RFC 3339 time such as \"2026-01-31T12:00:00Z\"");
     q.after_us = us - 1;  // the filter is inclusive (>=); the store's is strict
   }
-  const bool include_artifacts = opt_bool(p, "includeArtifacts", "params.includeArtifacts").value_or(false);
+  view.include_artifacts = opt_bool(p, "includeArtifacts", "params.includeArtifacts").value_or(false);
   // One unreadable record must not take ListTasks away from every client:
   // the store delivers it (version 0, ABI 1.1 deliver_corrupt) and it is
   // left out of the answer and logged as an error, naming it, below.
@@ -484,11 +504,10 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
                              "store): ") + e.what());
     }
   }
-  auto &w = out.begin_result(id);
   w.StartObject();
   w.Key("tasks");
   w.StartArray();
-  for (Task &task : tasks) write_task_value(w, task, history_length, include_artifacts);
+  for (const Task &task : tasks) write_view(w, task, call.dialect, view);
   w.EndArray();
   w.Key("nextPageToken");
   w.String(page.next_cursor.data(), static_cast<rapidjson::SizeType>(page.next_cursor.size()));
@@ -497,7 +516,6 @@ void A2AMethods::list_tasks(const rapidjson::Value *id, const rapidjson::Value *
   w.Key("totalSize");
   w.Uint64(total);
   w.EndObject();
-  out.end_result();
 }
 
 }  // namespace toolnexus::server_detail

@@ -1,58 +1,90 @@
-// server/src/a2a_methods.hpp: the A2A JSON-RPC methods, the place where a
-// Task is served. Validates params (naming the offending field), applies
-// owner scoping, and maps lifecycle and store errors to JSON-RPC codes
-// (A2A v0.3 section 7 methods, section 8 errors; ListTasks as in v1.0
-// section 9.4.4).
+// server/src/a2a_methods.hpp: the A2A methods, the place where a Task is
+// served. Validates params (naming the offending field), applies owner and
+// tenant scoping, and maps lifecycle and store errors to the A2A error codes.
+// One implementation serves both bindings (JSON-RPC, A2A v1.0 section 9;
+// HTTP+JSON, section 11: see rest.hpp) and both dialects (v0.3 and v1.0
+// shapes: see dialect.hpp). Spec: A2A v0.3 section 7 / v1.0 section 3.1
+// (operations), v0.3 section 8 / v1.0 section 3.3.2 and 9.5 (errors).
 #ifndef TOOLNEXUS_SERVER_A2A_METHODS_HPP
 #define TOOLNEXUS_SERVER_A2A_METHODS_HPP
 
+#include "dialect.hpp"
 #include "jsonrpc.hpp"
 #include "log.hpp"
 #include "task_lifecycle.hpp"
 
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace toolnexus::server_detail {
 
+/// The A2A operations (one name for each, whatever the binding calls it).
+enum class A2AMethod {
+  send_message,       ///< SendMessage / message/send / POST /message:send
+  get_task,           ///< GetTask / tasks/get / GET /tasks/{id}
+  cancel_task,        ///< CancelTask / tasks/cancel / POST /tasks/{id}:cancel
+  list_tasks,         ///< ListTasks / tasks/list / GET /tasks
+  streaming,          ///< SendStreamingMessage, SubscribeToTask (-32004 for now)
+  push_notification,  ///< the push-notification config methods (-32003)
+  extended_card,      ///< GetExtendedAgentCard (-32007)
+};
+
 /// Who is calling and how.
 struct CallContext {
   /// The authenticated principal ("" when authentication is off).
   std::string principal;
-  /// The A2A-Version request header ("" when absent = v0.3).
-  std::string_view a2a_version;
+  /// The shapes the request and its answer use.
+  Dialect dialect = Dialect::v0_3;
+  /// The tenant (v1.0: the HTTP+JSON path's {tenant}, else params.tenant;
+  /// "" = none). A Task is visible only with the tenant it was created
+  /// with; a v0.3 request has tenant "".
+  std::string tenant;
 };
 
-/// Dispatches JSON-RPC requests to the A2A methods:
-///   SendMessage / message/send      create or continue a Task (section 7.1)
-///   GetTask / tasks/get             read a Task, honouring historyLength (7.3)
-///   CancelTask / tasks/cancel       cancel a Task (7.4)
-///   ListTasks / tasks/list          the caller's Tasks, newest first, paged
-///   streaming methods               -32004 (the card says streaming: false)
-///   push-notification methods       -32003
-///   anything else                   -32601
-/// Every answer echoes the request id. Thread-safe (per-thread parse
-/// buffers); the lifecycle and store it uses are shared.
+/// Why a request failed, as both bindings report it: the A2A / JSON-RPC
+/// error code, the client-facing message, and the offending request member
+/// ("params.message.parts[0].text"; may be empty).
+struct Failure {
+  int code = rpc_code::kInternalError;
+  std::string message;
+  std::string field;
+};
+
+/// Serves the A2A methods. Thread-safe (per-thread parse buffers); the
+/// lifecycle and store it uses are shared.
 class A2AMethods {
  public:
   A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms);
 
-  /// Handles one request body and writes the complete response into `out`.
-  /// `method` receives the method name (for the request log; empty when the
-  /// envelope was unreadable). Never throws.
-  void handle(std::string_view body, const CallContext &call, ResponseWriter &out, std::string &method);
+  /// JSON-RPC: handles one request body and writes the complete response
+  /// into `out`. `a2a_version` is the request's A2A-Version (header or query
+  /// parameter; "" when absent = v0.3; an unsupported one is answered
+  /// -32009 VersionNotSupported). `method` receives the method name (for the
+  /// request log; empty when the envelope was unreadable). Never throws.
+  void handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
+              ResponseWriter &out, std::string &method);
+
+  /// HTTP+JSON: runs `m` with `params` (an object in the JSON-RPC v1.0
+  /// params shape, built by the REST router from path, query and body) and
+  /// writes the bare result into `out`. Returns std::nullopt on success,
+  /// else the failure (and `out` holds nothing useful). Never throws.
+  std::optional<Failure> call(A2AMethod m, const rapidjson::Value &params, const CallContext &call,
+                              ResponseWriter &out);
+
+  /// The method a JSON-RPC name stands for (v1.0 and v0.3 spellings), or
+  /// std::nullopt.
+  static std::optional<A2AMethod> method_named(std::string_view name);
 
  private:
-  void dispatch(std::string_view method, const rapidjson::Value *id, const rapidjson::Value *params,
-                const CallContext &call, ResponseWriter &out);
-  void send_message(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                    ResponseWriter &out);
-  void get_task(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                ResponseWriter &out);
-  void cancel_task(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                   ResponseWriter &out);
-  void list_tasks(const rapidjson::Value *id, const rapidjson::Value *params, const CallContext &call,
-                  ResponseWriter &out);
+  void dispatch(A2AMethod m, const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  void send_message(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  void get_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  void cancel_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  void list_tasks(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  /// Maps the exception being handled (call only inside a catch block) to a
+  /// Failure, logging store and internal errors.
+  Failure current_failure(std::optional<A2AMethod> m, std::string_view method_name) const;
 
   TaskLifecycle &lifecycle_;
   const Logger &log_;

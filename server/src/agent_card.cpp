@@ -81,12 +81,31 @@ std::string reached_url(std::string_view forwarded, std::string_view x_forwarded
 
 std::string agent_card_json(const CardConfig &config, std::string_view url) {
   const AgentCardOptions &o = config.options;
+  // The HTTP+JSON base: the same URL without its trailing "/", so that
+  // clients appending "/message:send" reach /message:send.
+  std::string_view rest_url = url;
+  while (rest_url.size() > 1 && rest_url.back() == '/' && rest_url.substr(rest_url.size() - 3) != "://")
+    rest_url.remove_suffix(1);
   rapidjson::StringBuffer buf;
   W w(buf);
   w.StartObject();
-  put(w, "protocolVersion", "0.3.0");
   put(w, "name", o.name);
   put(w, "description", o.description);
+  // v1.0 (section 8.4): the interfaces, preferred first.
+  w.Key("supportedInterfaces");
+  w.StartArray();
+  const std::pair<std::string_view, std::pair<const char *, const char *>> interfaces[] = {
+      {url, {"JSONRPC", "1.0"}}, {rest_url, {"HTTP+JSON", "1.0"}}, {url, {"JSONRPC", "0.3"}}};
+  for (const auto &[u, bv] : interfaces) {
+    w.StartObject();
+    put(w, "url", u);
+    put(w, "protocolBinding", bv.first);
+    put(w, "protocolVersion", bv.second);
+    w.EndObject();
+  }
+  w.EndArray();
+  // v0.3 (section 5.5): what older clients read.
+  put(w, "protocolVersion", "0.3.0");
   put(w, "url", url);
   put(w, "preferredTransport", "JSONRPC");
   w.Key("additionalInterfaces");
@@ -111,26 +130,49 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
   w.Bool(false);
   w.Key("pushNotifications");
   w.Bool(false);
-  w.Key("stateTransitionHistory");
+  w.Key("extendedAgentCard");  // v1.0
+  w.Bool(false);
+  w.Key("stateTransitionHistory");  // v0.3
   w.Bool(false);
   w.EndObject();
   if (config.bearer_auth) {
+    // One scheme object readable in both versions: v0.3's {"type", "scheme"}
+    // and v1.0's oneof member "httpAuthSecurityScheme".
+    const char *about = "Authorization: Bearer <token>; each token maps to a principal who sees only its own Tasks.";
     w.Key("securitySchemes");
     w.StartObject();
     w.Key("bearer");
     w.StartObject();
     put(w, "type", "http");
     put(w, "scheme", "bearer");
-    put(w, "description", "Authorization: Bearer <token>; each token maps to a principal who sees only "
-                          "its own Tasks.");
+    put(w, "description", about);
+    w.Key("httpAuthSecurityScheme");
+    w.StartObject();
+    put(w, "scheme", "Bearer");
+    put(w, "description", about);
     w.EndObject();
     w.EndObject();
-    w.Key("security");
+    w.EndObject();
+    w.Key("security");  // v0.3
     w.StartArray();
     w.StartObject();
     w.Key("bearer");
     w.StartArray();
     w.EndArray();
+    w.EndObject();
+    w.EndArray();
+    w.Key("securityRequirements");  // v1.0
+    w.StartArray();
+    w.StartObject();
+    w.Key("schemes");
+    w.StartObject();
+    w.Key("bearer");
+    w.StartObject();
+    w.Key("list");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
     w.EndObject();
     w.EndArray();
   }
@@ -148,7 +190,7 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
     w.EndObject();
   }
   w.EndArray();
-  w.Key("supportsAuthenticatedExtendedCard");
+  w.Key("supportsAuthenticatedExtendedCard");  // v0.3
   w.Bool(false);
   w.EndObject();
   return std::string(buf.GetString(), buf.GetSize());

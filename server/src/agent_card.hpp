@@ -1,4 +1,5 @@
-// server/src/agent_card.hpp: the Agent Card (A2A v0.3 section 5.5), served
+// server/src/agent_card.hpp: the Agent Card (A2A v0.3 section 5.5, v1.0
+// section 8.4), served
 // at /.well-known/agent-card.json and /.well-known/agent.json.
 #ifndef TOOLNEXUS_SERVER_AGENT_CARD_HPP
 #define TOOLNEXUS_SERVER_AGENT_CARD_HPP
@@ -19,13 +20,17 @@ struct CardConfig {
   bool bearer_auth = false;
 };
 
-/// The card as JSON: protocolVersion "0.3.0", name, description, url,
-/// preferredTransport "JSONRPC", provider (only when configured), version,
-/// documentationUrl (when set), capabilities {streaming: false,
-/// pushNotifications: false, stateTransitionHistory: false},
-/// securitySchemes/security (when bearer_auth), defaultInputModes and
-/// defaultOutputModes ["text/plain"], skills,
-/// supportsAuthenticatedExtendedCard: false.
+/// The card as JSON, readable by v1.0 and v0.3 clients alike: name,
+/// description, supportedInterfaces (v1.0 section 8.4: JSONRPC 1.0 at `url`,
+/// HTTP+JSON 1.0 at `url` without its trailing "/", JSONRPC 0.3 at `url`),
+/// the v0.3 fields protocolVersion "0.3.0", url, preferredTransport
+/// "JSONRPC", additionalInterfaces; provider (only when configured),
+/// version, documentationUrl (when set), capabilities {streaming: false,
+/// pushNotifications: false, extendedAgentCard: false,
+/// stateTransitionHistory: false}, securitySchemes with both versions'
+/// shapes and security (v0.3) / securityRequirements (v1.0) when
+/// bearer_auth, defaultInputModes and defaultOutputModes ["text/plain"],
+/// skills, supportsAuthenticatedExtendedCard: false.
 std::string agent_card_json(const CardConfig &config, std::string_view url);
 
 /// The JSON-RPC endpoint URL as the client reached it: scheme from

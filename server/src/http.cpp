@@ -1,6 +1,8 @@
 // The Poco HTTPServer glue.
 #include "http.hpp"
 
+#include "rest.hpp"
+
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
 #include <Poco/Net/HTTPServerConnectionFactory.h>
@@ -14,6 +16,7 @@
 #include <Poco/Net/TCPServer.h>
 #include <Poco/ThreadPool.h>
 #include <Poco/Exception.h>
+#include <Poco/URI.h>
 
 #include <atomic>
 #include <algorithm>
@@ -65,6 +68,7 @@ struct ThreadBuffers {
   std::string body;
   ResponseWriter out;
   std::string method;
+  std::string answer;
 };
 
 ThreadBuffers &buffers() {
@@ -96,6 +100,40 @@ bool has_body(const HTTPServerRequest &req) {
   return req.getChunkedTransferEncoding() || req.getContentLength64() > 0;
 }
 
+// The decoded query parameters of the request URI (empty when it has none
+// or they cannot be decoded).
+std::vector<std::pair<std::string, std::string>> query_of(const std::string &uri) {
+  if (uri.find('?') == std::string::npos) return {};
+  try {
+    return Poco::URI(uri).getQueryParameters();
+  } catch (const Poco::Exception &) {
+    return {};
+  }
+}
+
+// The A2A-Version service parameter: the header, else the query parameter
+// (A2A v1.0 section 3.6).
+std::string a2a_version_of(const HTTPServerRequest &req,
+                           const std::vector<std::pair<std::string, std::string>> &query) {
+  const std::string &header = req.get("A2A-Version", Poco::Net::HTTPMessage::EMPTY);
+  if (!header.empty()) return header;
+  for (const auto &[name, value] : query)
+    if (name == "A2A-Version" || name == "a2a-version") return value;
+  return {};
+}
+
+// A body's Content-Type is JSON (application/json or application/a2a+json,
+// any parameters), or absent.
+bool json_content_type(const HTTPServerRequest &req) {
+  std::string_view ct = req.getContentType();
+  ct = ct.substr(0, ct.find(';'));
+  while (!ct.empty() && ct.back() == ' ') ct.remove_suffix(1);
+  if (ct.empty()) return true;
+  std::string lower(ct);
+  for (char &c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "application/json" || lower == "application/a2a+json";
+}
+
 class RequestHandler final : public HTTPRequestHandler {
  public:
   RequestHandler(const HttpServices &s, const std::string &fallback) : s_(s), fallback_(fallback) {}
@@ -120,7 +158,13 @@ class RequestHandler final : public HTTPRequestHandler {
                   req.getMethod() == Poco::Net::HTTPRequest::HTTP_HEAD)) {
         status = card(req, resp);
       } else {
-        status = not_found(req, resp);
+        RestRoute route;
+        std::string allow;
+        switch (match_rest_route(req.getMethod(), path, route, allow)) {
+          case RestMatch::matched: status = rest(req, resp, b, principal, route); break;
+          case RestMatch::method_not_allowed: status = method_not_allowed(req, resp, allow); break;
+          case RestMatch::not_found: status = not_found(req, resp); break;
+        }
       }
     } catch (const Poco::Exception &e) {
       // The client went away or timed out mid-request: nothing to answer.
@@ -148,8 +192,75 @@ class RequestHandler final : public HTTPRequestHandler {
   int not_found(HTTPServerRequest &req, HTTPServerResponse &resp) {
     if (has_body(req)) resp.setKeepAlive(false);
     send_http_error(resp, HTTPResponse::HTTP_NOT_FOUND,
-                    "not found: POST / for JSON-RPC, GET /.well-known/agent-card.json for the card");
+                    "not found: POST / for JSON-RPC, GET /.well-known/agent-card.json for the card, "
+                    "/message:send, /tasks, /tasks/{id} and /tasks/{id}:cancel for HTTP+JSON");
     return 404;
+  }
+
+  int method_not_allowed(HTTPServerRequest &req, HTTPServerResponse &resp, const std::string &allow) {
+    if (has_body(req)) resp.setKeepAlive(false);
+    resp.set("Allow", allow);
+    send_http_error(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED,
+                    req.getMethod() + " is not allowed here; this path takes " + allow);
+    return 405;
+  }
+
+  // Bearer authentication; on failure the 401 is sent and false returned.
+  bool authenticate(HTTPServerRequest &req, HTTPServerResponse &resp, std::string &principal) {
+    if (!s_.auth->enabled()) return true;
+    auto who = s_.auth->authenticate(req.get("Authorization", ""));
+    if (!who) {
+      if (has_body(req)) resp.setKeepAlive(false);
+      resp.set("WWW-Authenticate", "Bearer realm=\"toolnexus\"");
+      send_http_error(resp, HTTPResponse::HTTP_UNAUTHORIZED,
+                      "this agent requires Authorization: Bearer <token> (see the agent card's "
+                      "securitySchemes)");
+      return false;
+    }
+    principal = std::move(*who);
+    return true;
+  }
+
+  // The HTTP+JSON binding (A2A v1.0 section 11).
+  int rest(HTTPServerRequest &req, HTTPServerResponse &resp, ThreadBuffers &b, std::string &principal,
+           const RestRoute &route) {
+    if (!authenticate(req, resp, principal)) return 401;
+    b.method = "REST ";
+    b.method += req.getMethod();
+    const auto query = query_of(req.getURI());
+    const std::string version = a2a_version_of(req, query);
+    const std::optional<Dialect> dialect = dialect_for_version(version, Dialect::v1_0);
+    int status = 0;
+    if (dialect != Dialect::v1_0) {
+      if (has_body(req)) resp.setKeepAlive(false);
+      status = write_rest_error(
+          Failure{rpc_code::kVersionNotSupported,
+                  "A2A-Version '" + version.substr(0, 32) +
+                      "' is not supported on the HTTP+JSON binding, which speaks A2A 1.0 (A2A 0.3 clients "
+                      "use JSON-RPC: POST /)",
+                  "A2A-Version"},
+          b.answer);
+    } else if (has_body(req) && !json_content_type(req)) {
+      resp.setKeepAlive(false);
+      status = write_rest_error(Failure{rpc_code::kContentTypeNotSupported,
+                                        "Content-Type '" + req.getContentType().substr(0, 100) +
+                                            "' is not supported; send application/json",
+                                        "Content-Type"},
+                                b.answer);
+    } else {
+      if (int s = read_body(req, resp, b); s != 0) return s;
+      CallContext call;
+      call.principal = principal;
+      call.dialect = Dialect::v1_0;
+      status = serve_rest(*s_.methods, route, query, b.body, s_.limits.max_json_depth, std::move(call), b.out,
+                          b.answer);
+    }
+    resp.setStatusAndReason(static_cast<HTTPResponse::HTTPStatus>(status));
+    resp.setContentType("application/json");
+    resp.sendBuffer(b.answer.data(), b.answer.size());
+    if (b.body.capacity() > 256 * 1024) std::string().swap(b.body);
+    if (b.answer.capacity() > 256 * 1024) std::string().swap(b.answer);
+    return status;
   }
 
   int card(HTTPServerRequest &req, HTTPServerResponse &resp) {
@@ -225,24 +336,10 @@ class RequestHandler final : public HTTPRequestHandler {
   }
 
   int rpc(HTTPServerRequest &req, HTTPServerResponse &resp, ThreadBuffers &b, std::string &principal) {
-    if (s_.auth->enabled()) {
-      auto who = s_.auth->authenticate(req.get("Authorization", ""));
-      if (!who) {
-        if (has_body(req)) resp.setKeepAlive(false);
-        resp.set("WWW-Authenticate", "Bearer realm=\"toolnexus\"");
-        send_http_error(resp, HTTPResponse::HTTP_UNAUTHORIZED,
-                        "this agent requires Authorization: Bearer <token> (see the agent card's "
-                        "securitySchemes)");
-        return 401;
-      }
-      principal = std::move(*who);
-    }
+    if (!authenticate(req, resp, principal)) return 401;
     if (int status = read_body(req, resp, b); status != 0) return status;
-    CallContext call;
-    call.principal = principal;
-    const std::string &version = req.get("A2A-Version", Poco::Net::HTTPMessage::EMPTY);
-    call.a2a_version = version;
-    s_.methods->handle(b.body, call, b.out, b.method);
+    const std::string version = a2a_version_of(req, query_of(req.getURI()));
+    s_.methods->handle(b.body, version, principal, b.out, b.method);
     const std::string_view bytes = b.out.bytes();
     resp.setStatus(HTTPResponse::HTTP_OK);
     resp.setContentType("application/json");

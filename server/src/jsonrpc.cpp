@@ -101,8 +101,49 @@ rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_result(const r
 
 void ResponseWriter::end_result() { writer_.EndObject(); }
 
-void ResponseWriter::error(const rapidjson::Value *id, int code, std::string_view message,
-                           std::string_view field) {
+const char *error_reason(int code) noexcept {
+  switch (code) {
+    case rpc_code::kParseError: return "PARSE_ERROR";
+    case rpc_code::kInvalidRequest: return "INVALID_REQUEST";
+    case rpc_code::kMethodNotFound: return "METHOD_NOT_FOUND";
+    case rpc_code::kInvalidParams: return "INVALID_PARAMS";
+    case rpc_code::kTaskNotFound: return "TASK_NOT_FOUND";
+    case rpc_code::kTaskNotCancelable: return "TASK_NOT_CANCELABLE";
+    case rpc_code::kPushNotificationNotSupported: return "PUSH_NOTIFICATION_NOT_SUPPORTED";
+    case rpc_code::kUnsupportedOperation: return "UNSUPPORTED_OPERATION";
+    case rpc_code::kContentTypeNotSupported: return "CONTENT_TYPE_NOT_SUPPORTED";
+    case rpc_code::kInvalidAgentResponse: return "INVALID_AGENT_RESPONSE";
+    case rpc_code::kExtendedCardNotConfigured: return "EXTENDED_AGENT_CARD_NOT_CONFIGURED";
+    case rpc_code::kExtensionSupportRequired: return "EXTENSION_SUPPORT_REQUIRED";
+    case rpc_code::kVersionNotSupported: return "VERSION_NOT_SUPPORTED";
+    default: return "INTERNAL_ERROR";
+  }
+}
+
+void write_error_details(JsonWriter &w, int code, std::string_view field) {
+  w.StartArray();
+  w.StartObject();
+  w.Key("@type");
+  w.String("type.googleapis.com/google.rpc.ErrorInfo");
+  w.Key("reason");
+  w.String(error_reason(code));
+  w.Key("domain");
+  w.String(kErrorDomain);
+  if (!field.empty()) {
+    w.Key("metadata");
+    w.StartObject();
+    w.Key("field");
+    w.String(field.data(), static_cast<rapidjson::SizeType>(field.size()));
+    w.EndObject();
+  }
+  w.EndObject();
+  w.EndArray();
+}
+
+rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_bare() { return writer_; }
+
+void ResponseWriter::error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field,
+                           Dialect dialect) {
   reset();
   writer_.StartObject();
   writer_.Key("jsonrpc");
@@ -114,7 +155,10 @@ void ResponseWriter::error(const rapidjson::Value *id, int code, std::string_vie
   writer_.Int(code);
   writer_.Key("message");
   writer_.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
-  if (!field.empty()) {
+  if (dialect == Dialect::v1_0) {
+    writer_.Key("data");
+    write_error_details(writer_, code, field);
+  } else if (!field.empty()) {
     writer_.Key("data");
     writer_.StartObject();
     writer_.Key("field");

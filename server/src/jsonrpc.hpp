@@ -5,6 +5,8 @@
 #ifndef TOOLNEXUS_SERVER_JSONRPC_HPP
 #define TOOLNEXUS_SERVER_JSONRPC_HPP
 
+#include "dialect.hpp"
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -28,9 +30,25 @@ inline constexpr int kTaskNotCancelable = -32002;
 inline constexpr int kPushNotificationNotSupported = -32003;
 inline constexpr int kUnsupportedOperation = -32004;
 inline constexpr int kContentTypeNotSupported = -32005;
+inline constexpr int kInvalidAgentResponse = -32006;
 inline constexpr int kExtendedCardNotConfigured = -32007;
+inline constexpr int kExtensionSupportRequired = -32008;
 inline constexpr int kVersionNotSupported = -32009;
 }  // namespace rpc_code
+
+/// The google.rpc.ErrorInfo reason of an error code (A2A v1.0 section
+/// 5.4/9.5: "TASK_NOT_FOUND", ...; "INVALID_PARAMS", "INTERNAL_ERROR", ...
+/// for the JSON-RPC codes). Never null.
+const char *error_reason(int code) noexcept;
+
+/// The ErrorInfo domain of A2A errors.
+inline constexpr const char *kErrorDomain = "a2a-protocol.org";
+
+/// Writes [ {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason",
+/// "domain": "a2a-protocol.org", "metadata"?: {"field": `field`}} ], the
+/// details v1.0 errors carry (error.data on JSON-RPC, error.details on
+/// HTTP+JSON).
+void write_error_details(JsonWriter &w, int code, std::string_view field);
 
 /// A JSON-RPC error to answer with. `field` (may be empty) names the
 /// offending request member ("params.message.parts[0].text"); it goes to
@@ -82,8 +100,15 @@ class ResponseWriter {
   /// positioned for the result value; finish with end_result().
   rapidjson::Writer<rapidjson::StringBuffer> &begin_result(const rapidjson::Value *id);
   void end_result();
-  /// A complete error response.
-  void error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field = {});
+  /// Positions the writer for a bare value (no JSON-RPC envelope: the
+  /// HTTP+JSON binding); finish with end_bare().
+  rapidjson::Writer<rapidjson::StringBuffer> &begin_bare();
+  void end_bare() {}
+  /// A complete error response (replacing anything written). v0.3:
+  /// error.data = {"field"} when `field` is set; v1.0: error.data =
+  /// [ErrorInfo] (see write_error_details).
+  void error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field = {},
+             Dialect dialect = Dialect::v0_3);
   /// The response bytes (valid until the next reset()).
   std::string_view bytes() const noexcept { return {buffer_.GetString(), buffer_.GetSize()}; }
 

@@ -277,7 +277,7 @@ void TaskLifecycle::notify_waiters() {
 // Requests
 // ---------------------------------------------------------------------------
 
-Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner) {
+Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   Task t;
@@ -298,21 +298,22 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   SaveOptions so;
   so.expected_version = cas_ ? kNoVersion : kAnyVersion;
   so.owner = owner;
+  so.tenant = tenant;
   const uint64_t version = store_->save(t, so);
   auto active = register_active(id, now);
-  enqueue(WorkItem{id, std::move(active), Snapshot{t, version, owner, std::string()}});
+  enqueue(WorkItem{id, std::move(active), Snapshot{t, version, owner, tenant}});
   return t;
 }
 
-Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message,
-                           const std::string &owner) {
+Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
+                           const std::string &tenant) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
   const std::string not_found = "Task '" + id + "' not found";
   int64_t lease_time = 0;
   UpdateResult r = update(id, [&](Snapshot &s) {
-    if (s.owner != owner) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
       throw LifecycleError(LifecycleErrc::terminal, "Task '" + id + "' is " + state +
@@ -341,11 +342,11 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
   return result;
 }
 
-Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner) {
+Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, const std::string &tenant) {
   const std::string id(task_id);
   const std::string not_found = "Task '" + id + "' not found";
   UpdateResult r = update(id, [&](Snapshot &s) {
-    if (s.owner != owner) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
       throw LifecycleError(LifecycleErrc::not_cancelable,
@@ -362,7 +363,7 @@ Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner) {
 }
 
 Task TaskLifecycle::wait_until_settled(std::string_view task_id, const std::string &owner,
-                                       std::chrono::milliseconds timeout) {
+                                       const std::string &tenant, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   ++waiting_;
   struct Done {
@@ -376,7 +377,7 @@ Task TaskLifecycle::wait_until_settled(std::string_view task_id, const std::stri
       epoch = wait_epoch_;
     }
     std::optional<TaskRecord> rec = store_->get(task_id);
-    if (!rec || rec->owner != owner)
+    if (!rec || rec->owner != owner || rec->tenant != tenant)
       throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
     Task t = rec->task();
     const auto now = std::chrono::steady_clock::now();

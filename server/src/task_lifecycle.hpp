@@ -121,28 +121,32 @@ class TaskLifecycle {
 
   /// SendMessage without taskId (A2A v0.3 section 7.1): a new Task (UUID id,
   /// the message's contextId or a new one, status submitted, the message in
-  /// history, a lease of this instance), saved with owner `owner`, queued.
+  /// history, a lease of this instance), saved with owner `owner` and
+  /// tenant `tenant` (A2A v1.0 section 3.2.1; "" = none), queued.
   /// `message` is a validated Message object (copied). Waits (up to
   /// queue_wait_ms) while max_queued_tasks Tasks are queued. Returns the
   /// saved Task. Throws LifecycleError(overloaded|stopping), StoreError,
   /// InvalidTask.
-  Task create(const rapidjson::Value &message, const std::string &owner);
+  Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {});
 
   /// SendMessage with the taskId of an interrupted Task: appends the message
   /// to history, moves the Task to working with a lease of this instance,
   /// queues it; the executor continues from the stored Task alone. Throws
-  /// LifecycleError(not_found: missing or another owner's; terminal;
+  /// LifecycleError(not_found: missing, or another owner's or tenant's; terminal;
   /// not_interrupted; context_mismatch; overloaded; stopping), StoreError.
-  Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner);
+  Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
+              const std::string &tenant = {});
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next
-  /// save). Throws LifecycleError(not_found|not_cancelable), StoreError.
-  Task cancel(std::string_view task_id, const std::string &owner);
+  /// save). A Task of another owner or tenant is not found. Throws
+  /// LifecycleError(not_found|not_cancelable), StoreError.
+  Task cancel(std::string_view task_id, const std::string &owner, const std::string &tenant = {});
 
   /// Reads the Task until it is terminal or interrupted, or `timeout`
-  /// passes (then returns it as it is). Throws LifecycleError(not_found).
-  Task wait_until_settled(std::string_view task_id, const std::string &owner,
+  /// passes (then returns it as it is). Throws LifecycleError(not_found)
+  /// when it is gone or not of this owner and tenant.
+  Task wait_until_settled(std::string_view task_id, const std::string &owner, const std::string &tenant,
                           std::chrono::milliseconds timeout);
 
   /// One sweep: fails every submitted/working Task whose lease expired

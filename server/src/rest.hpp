@@ -1,0 +1,72 @@
+// server/src/rest.hpp: the HTTP+JSON (REST) binding of A2A v1.0 (spec
+// section 11), over the same A2AMethods as JSON-RPC. Routes (each also under
+// a leading /{tenant}):
+//   POST   /message:send                        SendMessage (body: SendMessageRequest)
+//   POST   /message:stream                      SendStreamingMessage (-> UnsupportedOperation)
+//   GET    /tasks/{id}?historyLength=N          GetTask
+//   POST   /tasks/{id}:cancel                   CancelTask (body optional)
+//   GET    /tasks?contextId&status&pageSize&pageToken&historyLength&statusTimestampAfter&includeArtifacts
+//                                               ListTasks
+//   GET|POST /tasks/{id}:subscribe              SubscribeToTask (-> UnsupportedOperation)
+//   /tasks/{id}/pushNotificationConfigs[/{cid}] push configs (-> PushNotificationNotSupported)
+//   GET    /extendedAgentCard                   (-> ExtendedAgentCardNotConfigured)
+// Answers: 200 with the result as JSON (v1.0 shapes), or an HTTP error
+// status with {"error": {"code": <HTTP status>, "status": <google.rpc code
+// name>, "message", "details": [google.rpc.ErrorInfo]}} (section 11.6).
+#ifndef TOOLNEXUS_SERVER_REST_HPP
+#define TOOLNEXUS_SERVER_REST_HPP
+
+#include "a2a_methods.hpp"
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+/// A matched HTTP+JSON route.
+struct RestRoute {
+  A2AMethod method = A2AMethod::get_task;
+  /// The {tenant} path segment, decoded ("" when the route has none).
+  std::string tenant;
+  /// The {id} path segment, decoded ("" when the route has none).
+  std::string task_id;
+};
+
+/// Result of matching a request line against the routes.
+enum class RestMatch { matched, not_found, method_not_allowed };
+
+/// Matches `http_method` and the request path `path` (still percent-encoded,
+/// without the query; leading slashes are folded, so a base URL ending in
+/// "/" works) against the routes above. On method_not_allowed, `allow`
+/// receives the methods the path takes ("GET, POST"). A route without a
+/// tenant wins over the same path read with one ("/tasks/x" is GetTask
+/// "x", never ListTasks of tenant "tasks"... it has only two segments).
+RestMatch match_rest_route(std::string_view http_method, std::string_view path, RestRoute &route,
+                           std::string &allow);
+
+/// HTTP status and google.rpc status name for an A2A error code in the
+/// HTTP+JSON binding (v1.0 section 11.6): TaskNotFound 404 NOT_FOUND,
+/// TaskNotCancelable 409 FAILED_PRECONDITION, PushNotificationNotSupported
+/// and UnsupportedOperation 400 UNIMPLEMENTED, ContentTypeNotSupported 415,
+/// InvalidAgentResponse 502, ExtendedAgentCardNotConfigured,
+/// ExtensionSupportRequired, VersionNotSupported 400 FAILED_PRECONDITION,
+/// malformed requests 400 INVALID_ARGUMENT, internal errors 500 INTERNAL.
+std::pair<int, const char *> rest_status_for(int code) noexcept;
+
+/// The error body for `f` (its "params." field prefix dropped: REST has no
+/// params object). Returns the HTTP status to send it with.
+int write_rest_error(const Failure &f, std::string &body);
+
+/// Serves one matched route: builds the method's params from the route,
+/// the decoded query parameters and the body (JSON, checked against
+/// `max_json_depth`; only SendMessage requires one), calls `methods`, and
+/// leaves the answer in `body`. Returns the HTTP status. Never throws.
+int serve_rest(A2AMethods &methods, const RestRoute &route,
+               const std::vector<std::pair<std::string, std::string>> &query, std::string_view request_body,
+               int max_json_depth, CallContext call, ResponseWriter &out, std::string &body);
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_REST_HPP
