@@ -440,8 +440,22 @@ void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, 
   q.tenant = call.tenant;
   if (auto ctx = opt_string(p, "contextId", "params.contextId"); ctx && !ctx->empty())
     q.context_id = std::string(*ctx);
-  if (auto status = opt_string(p, "status", "params.status"); status && *status != "TASK_STATE_UNSPECIFIED") {
-    auto state = state_from_any(*status);
+  // The state filter: a name in either spelling, or (ProtoJSON) the enum's
+  // number. TASK_STATE_UNSPECIFIED / 0 mean no filter, and so does
+  // "UNRECOGNIZED", which the official JS client (@a2a-js/sdk 1.x) sends
+  // when listTasks() is called without a status.
+  std::optional<std::string> status_text;
+  if (const rapidjson::Value *sv = find(p, "status"); sv != nullptr && sv->IsInt() && sv->GetInt() >= 0 &&
+                                                      sv->GetInt() <= 8) {
+    static const char *const by_number[] = {"",          "submitted",      "working",  "completed",    "failed",
+                                            "canceled", "input-required", "rejected", "auth-required"};
+    status_text = by_number[sv->GetInt()];
+  } else if (auto s = opt_string(p, "status", "params.status")) {
+    status_text = std::string(*s);
+  }
+  if (status_text && !status_text->empty() && *status_text != "TASK_STATE_UNSPECIFIED" &&
+      *status_text != "UNRECOGNIZED") {
+    auto state = state_from_any(*status_text);
     if (!state)
       bad_param("params.status", call.dialect == Dialect::v1_0
                                      ? "must be a TaskState (TASK_STATE_SUBMITTED, TASK_STATE_WORKING, "

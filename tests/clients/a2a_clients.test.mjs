@@ -1,0 +1,267 @@
+// Real A2A clients against `toolnexus serve` (issue 9): the official JS SDK
+// @a2a-js/sdk 1.x (protocol v1.0; the default ClientFactory, once on its
+// JSON-RPC transport and once on HTTP+JSON) and 0.3.x (protocol v0.3,
+// JSON-RPC). The server runs the `approval` agent; run.sh starts it on each
+// store and sets:
+//   TNX_URL    the server's base URL ("http://127.0.0.1:PORT")
+//   TNX_PHASE  "flows" (default): every flow, for every client;
+//              "park": leaves one input-required Task (id written to TNX_STATE_FILE);
+//              "resume": after a restart, reads that Task and approves it.
+// Run with node's test runner: node --test a2a_clients.test.mjs
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+
+import { ClientFactory, ClientFactoryOptions } from 'a2a-sdk-1/client';
+import { Message, TaskState, Role } from 'a2a-sdk-1';
+import { ClientFactory as ClientFactory03, ClientFactoryOptions as ClientFactoryOptions03 } from 'a2a-sdk-0.3/client';
+
+const base = process.env.TNX_URL;
+assert.ok(base, 'TNX_URL must name the server');
+const phase = process.env.TNX_PHASE ?? 'flows';
+const run = `${process.pid}-${Date.now()}`;
+let counter = 0;
+const mid = () => `m-${run}-${++counter}`;
+
+// ---------------------------------------------------------------------------
+// One adapter per client, so every flow runs the same way on each.
+// ---------------------------------------------------------------------------
+
+const STATE_NAMES = {
+  submitted: 'TASK_STATE_SUBMITTED', working: 'TASK_STATE_WORKING', 'input-required': 'TASK_STATE_INPUT_REQUIRED',
+  completed: 'TASK_STATE_COMPLETED', canceled: 'TASK_STATE_CANCELED', rejected: 'TASK_STATE_REJECTED',
+  failed: 'TASK_STATE_FAILED',
+};
+
+function v1Text(parts) {
+  return parts.filter((p) => p.content?.$case === 'text').map((p) => p.content.value).join('\n');
+}
+
+// 1.x: Tasks come back decoded (numeric enums, oneof parts); normalised here
+// to {id, contextId, state: 'TASK_STATE_*', history: [{role, text}], artifacts: [text], statusText}.
+function fromV1(t) {
+  return {
+    id: t.id,
+    contextId: t.contextId,
+    state: TaskState[t.status.state],
+    statusText: t.status.message ? v1Text(t.status.message.parts) : '',
+    history: (t.history ?? []).map((m) => ({ role: Role[m.role], text: v1Text(m.parts) })),
+    artifacts: (t.artifacts ?? []).map((a) => v1Text(a.parts)),
+  };
+}
+
+function v03Text(parts) {
+  return parts.filter((p) => p.kind === 'text').map((p) => p.text).join('\n');
+}
+
+function fromV03(t) {
+  return {
+    id: t.id,
+    contextId: t.contextId,
+    state: STATE_NAMES[t.status.state] ?? `?${t.status.state}`,
+    statusText: t.status.message ? v03Text(t.status.message.parts) : '',
+    history: (t.history ?? []).map((m) => ({ role: m.role === 'user' ? 'ROLE_USER' : 'ROLE_AGENT', text: v03Text(m.parts) })),
+    artifacts: (t.artifacts ?? []).map((a) => v03Text(a.parts)),
+  };
+}
+
+async function v1Client(transport, polling) {
+  const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+    preferredTransports: [transport],
+    clientConfig: { polling },
+  });
+  return new ClientFactory(options).createFromUrl(base);
+}
+
+async function makeV1(transport) {
+  const blocking = await v1Client(transport, false);
+  const polling = await v1Client(transport, true);
+  const message = (text, extra = {}) =>
+    Message.fromJSON({ messageId: mid(), role: 'ROLE_USER', parts: [{ text }], ...extra });
+  const unwrap = (r) => fromV1(r.payload ? r.payload.value : r);
+  return {
+    name: `@a2a-js/sdk 1.x ${transport}`,
+    raw: blocking,
+    transportName: blocking.transport.constructor.name,
+    send: async (text, { taskId, contextId, wait = true } = {}) =>
+      unwrap(await (wait ? blocking : polling).sendMessage({ message: message(text, { taskId, contextId }) })),
+    get: async (id, historyLength) => fromV1(await blocking.getTask({ id, historyLength })),
+    cancel: async (id) => fromV1(await blocking.cancelTask({ id })),
+    list: async (params) => {
+      const r = await blocking.listTasks(params);
+      return { tasks: r.tasks.map(fromV1), nextPageToken: r.nextPageToken, totalSize: r.totalSize, pageSize: r.pageSize };
+    },
+  };
+}
+
+async function makeV03() {
+  const options = ClientFactoryOptions03.createFrom(ClientFactoryOptions03.default, { preferredTransports: ['JSONRPC'] });
+  const client = await new ClientFactory03(options).createFromUrl(base);
+  const message = (text, extra) => ({ kind: 'message', messageId: mid(), role: 'user', parts: [{ kind: 'text', text }], ...extra });
+  return {
+    name: '@a2a-js/sdk 0.3.x JSONRPC',
+    raw: client,
+    transportName: client.transport.constructor.name,
+    send: async (text, { taskId, contextId, wait = true } = {}) => {
+      const extra = {};
+      if (taskId) extra.taskId = taskId;
+      if (contextId) extra.contextId = contextId;
+      return fromV03(await client.sendMessage({ message: message(text, extra), configuration: { blocking: wait } }));
+    },
+    get: async (id, historyLength) => fromV03(await client.getTask({ id, historyLength })),
+    cancel: async (id) => fromV03(await client.cancelTask({ id })),
+    list: null,  // v0.3 has no ListTasks
+  };
+}
+
+async function eventually(read, accept, ms = 5000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (accept(v) || Date.now() > deadline) return v;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// The error a call throws: its class name and, where the SDK keeps it, the
+// JSON-RPC code.
+async function failure(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    return { name: e.name, code: e.envelopeCode ?? e.code, message: e.message };
+  }
+  assert.fail('the call was expected to fail');
+}
+
+// ---------------------------------------------------------------------------
+// Flows
+// ---------------------------------------------------------------------------
+
+async function flows(c) {
+  // Blocking send: answered when the approval agent parks the Task.
+  const t = await c.send('deploy release 1.4');
+  assert.equal(t.state, 'TASK_STATE_INPUT_REQUIRED', `${c.name}: blocking send`);
+  assert.match(t.statusText, /Approval required for: "deploy release 1.4"/);
+  assert.equal(t.id.length, 36, 'the server chooses the Task id');
+  assert.deepEqual(t.history.map((m) => m.role), ['ROLE_USER', 'ROLE_AGENT']);
+
+  // Non-blocking send: answered at once with the Task as created.
+  const nb = await c.send('later', { wait: false });
+  assert.equal(nb.state, 'TASK_STATE_SUBMITTED', `${c.name}: non-blocking send`);
+  const parked = await eventually(() => c.get(nb.id), (x) => x.state === 'TASK_STATE_INPUT_REQUIRED');
+  assert.equal(parked.state, 'TASK_STATE_INPUT_REQUIRED');
+
+  // historyLength 0 and N.
+  assert.deepEqual((await c.get(t.id, 0)).history, []);
+  const last = await c.get(t.id, 1);
+  assert.equal(last.history.length, 1);
+  assert.equal(last.history[0].role, 'ROLE_AGENT');
+  assert.equal((await c.get(t.id)).history.length, 2);
+
+  // Multi-turn on the same Task id: an unclear answer asks again, approve completes.
+  const again = await c.send('hmm', { taskId: t.id, contextId: t.contextId });
+  assert.equal(again.id, t.id);
+  assert.equal(again.state, 'TASK_STATE_INPUT_REQUIRED');
+  assert.match(again.statusText, /Please answer/);
+  const done = await c.send('approve', { taskId: t.id });
+  assert.equal(done.id, t.id);
+  assert.equal(done.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(done.artifacts, ['deploy release 1.4']);
+  assert.equal(done.history.length, 6);
+
+  // Cancel: input-required -> canceled; completed -> TaskNotCancelable.
+  const canceled = await c.cancel(nb.id);
+  assert.equal(canceled.state, 'TASK_STATE_CANCELED');
+  assert.equal((await c.get(nb.id)).state, 'TASK_STATE_CANCELED');
+  const nc = await failure(c.cancel(t.id));
+  assert.equal(nc.name, 'TaskNotCancelableError', `${c.name}: ${JSON.stringify(nc)}`);
+  // A message to a terminal Task: UnsupportedOperation.
+  const closed = await failure(c.send('approve', { taskId: nb.id }));
+  assert.equal(closed.name, 'UnsupportedOperationError', `${c.name}: ${JSON.stringify(closed)}`);
+
+  // Unknown id: TaskNotFound.
+  const nf = await failure(c.get('no-such-task'));
+  assert.equal(nf.name, 'TaskNotFoundError', `${c.name}: ${JSON.stringify(nf)}`);
+  const nfc = await failure(c.cancel('no-such-task'));
+  assert.equal(nfc.name, 'TaskNotFoundError');
+
+  if (c.list) {
+    // Three Tasks in a fresh context; two pages of two, then a state filter.
+    const ctx = `ctx-${run}-${c.transportName}`;
+    const ids = [];
+    for (let i = 0; i < 3; ++i) ids.push((await c.send(`job ${i}`, { contextId: ctx })).id);
+    const done2 = await c.send('yes', { taskId: ids[0] });
+    assert.equal(done2.state, 'TASK_STATE_COMPLETED');
+    const p1 = await c.list({ contextId: ctx, pageSize: 2 });
+    assert.equal(p1.tasks.length, 2);
+    assert.equal(p1.totalSize, 3);
+    assert.equal(p1.pageSize, 2);
+    assert.notEqual(p1.nextPageToken, '');
+    const p2 = await c.list({ contextId: ctx, pageSize: 2, pageToken: p1.nextPageToken });
+    assert.equal(p2.tasks.length, 1);
+    assert.equal(p2.nextPageToken, '');
+    assert.deepEqual(new Set([...p1.tasks, ...p2.tasks].map((x) => x.id)), new Set(ids));
+    // Newest status first: the completed one was changed last.
+    assert.equal(p1.tasks[0].id, ids[0]);
+    const waiting = await c.list({ contextId: ctx, status: TaskState.TASK_STATE_INPUT_REQUIRED });
+    assert.deepEqual(new Set(waiting.tasks.map((x) => x.id)), new Set(ids.slice(1)));
+    assert.equal(waiting.totalSize, 2);
+    // Artifacts only on request.
+    const noArt = await c.list({ contextId: ctx, status: TaskState.TASK_STATE_COMPLETED });
+    assert.deepEqual(noArt.tasks[0].artifacts, []);
+    const withArt = await c.list({ contextId: ctx, status: TaskState.TASK_STATE_COMPLETED, includeArtifacts: true });
+    assert.deepEqual(withArt.tasks[0].artifacts, ['job 0']);
+  }
+}
+
+if (phase === 'flows') {
+  test('card discovery: the 1.x ClientFactory picks v1.0 JSON-RPC by default, HTTP+JSON when preferred', async () => {
+    const byDefault = await new ClientFactory().createFromUrl(base);
+    assert.match(byDefault.transport.constructor.name, /JsonRpcTransport/);
+    assert.equal(byDefault.protocolVersion, '1.0');
+    const card = await byDefault.getAgentCard();
+    assert.deepEqual(card.supportedInterfaces.map((i) => `${i.protocolBinding} ${i.protocolVersion}`),
+      ['JSONRPC 1.0', 'HTTP+JSON 1.0', 'JSONRPC 0.3']);
+    const rest = await makeV1('HTTP+JSON');
+    assert.match(rest.transportName, /RestTransport/);
+    const old = await makeV03();
+    assert.match(old.transportName, /JsonRpcTransport/);
+  });
+  test('@a2a-js/sdk 1.x over JSON-RPC: every flow', async () => flows(await makeV1('JSONRPC')));
+  test('@a2a-js/sdk 1.x over HTTP+JSON: every flow', async () => flows(await makeV1('HTTP+JSON')));
+  test('@a2a-js/sdk 0.3.x over JSON-RPC: every flow', async () => flows(await makeV03()));
+  test('a Task written by one client version reads right through the other', async () => {
+    const v1 = await makeV1('HTTP+JSON');
+    const v03 = await makeV03();
+    const t = await v1.send('cross over');
+    const seen = await v03.get(t.id);
+    assert.equal(seen.state, 'TASK_STATE_INPUT_REQUIRED');
+    assert.deepEqual(seen.history, t.history);
+    const done = await v03.send('approve', { taskId: t.id });
+    assert.equal(done.state, 'TASK_STATE_COMPLETED');
+    const back = await v1.get(t.id);
+    assert.deepEqual(back, done);
+  });
+} else if (phase === 'park') {
+  test('park: a Task left in input-required before the server is killed', async () => {
+    const c = await makeV1('JSONRPC');
+    const t = await c.send('survive the restart');
+    assert.equal(t.state, 'TASK_STATE_INPUT_REQUIRED');
+    writeFileSync(process.env.TNX_STATE_FILE, t.id);
+  });
+} else if (phase === 'resume') {
+  test('resume: after a restart the Task is still input-required and is approved', async () => {
+    const id = readFileSync(process.env.TNX_STATE_FILE, 'utf8').trim();
+    const old = await makeV03();
+    const seen = await old.get(id);
+    assert.equal(seen.state, 'TASK_STATE_INPUT_REQUIRED');
+    assert.match(seen.statusText, /survive the restart/);
+    const rest = await makeV1('HTTP+JSON');
+    const done = await rest.send('approve', { taskId: id });
+    assert.equal(done.state, 'TASK_STATE_COMPLETED');
+    assert.deepEqual(done.artifacts, ['survive the restart']);
+  });
+} else {
+  throw new Error(`unknown TNX_PHASE '${phase}'`);
+}
