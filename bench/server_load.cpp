@@ -15,6 +15,7 @@
 //   server_load [--url http://127.0.0.1:8080/ [--url ...]] [--connections 64]
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
+//               [--dialect both|0.3|1.0] [--blocking]
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -90,8 +91,15 @@ int connect_to(const Target &t) {
   return fd;
 }
 
+// The dialect requests speak (--dialect): "0.3" (no A2A-Version header,
+// v0.3 shapes) or "1.0" (A2A-Version: 1.0, v1.0 shapes); and whether
+// SendMessage blocks until the Task is done (--blocking) or answers at once.
+std::string g_dialect = "0.3";
+bool g_blocking = false;
+
 std::string http_post(const Target &t, const std::string &body) {
   return "POST / HTTP/1.1\r\nHost: " + t.host_header +
+         (g_dialect == "1.0" ? "\r\nA2A-Version: 1.0" : "") +
          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\n\r\n" + body;
 }
@@ -124,7 +132,8 @@ std::string simple_post(const Target &t, const std::string &body) {
   throw std::runtime_error("no response");
 }
 
-// Extracts "result":{"id":"..."} from a SendMessage answer.
+// Extracts the Task id from a SendMessage answer: "result":{"id":"..."}
+// (v0.3) or "result":{"task":{"id":"..."}} (v1.0).
 std::string task_id_of(const std::string &body) {
   const auto r = body.find("\"result\"");
   if (r == std::string::npos) throw std::runtime_error("no result in: " + body.substr(0, 300));
@@ -135,9 +144,15 @@ std::string task_id_of(const std::string &body) {
 }
 
 std::string send_body(uint64_t n) {
+  if (g_dialect == "1.0")
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) +
+           R"(,"method":"SendMessage","params":{"configuration":{"returnImmediately":)" +
+           (g_blocking ? "false" : "true") + R"(},"message":{"role":"ROLE_USER","messageId":"m-)" +
+           std::to_string(n) + R"(","parts":[{"text":"hello from the load program"}]}}})";
   return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) +
-         R"(,"method":"SendMessage","params":{"message":{"role":"user","messageId":"m-)" +
-         std::to_string(n) + R"(","parts":[{"kind":"text","text":"hello from the load program"}]}}})";
+         R"(,"method":"SendMessage","params":{"configuration":{"blocking":)" + (g_blocking ? "true" : "false") +
+         R"(},"message":{"role":"user","messageId":"m-)" + std::to_string(n) +
+         R"(","parts":[{"kind":"text","text":"hello from the load program"}]}}})";
 }
 
 std::string get_body(uint64_t n, const std::string &id) {
@@ -311,6 +326,7 @@ int main(int argc, char **argv) {
   double seconds = 5;
   double warmup = 1;
   std::string method = "all";
+  std::string dialects = "both";
   unsigned server_threads = 0;
   unsigned workers = 0;
   for (int i = 1; i < argc; ++i) {
@@ -335,12 +351,15 @@ int main(int argc, char **argv) {
     else if (a == "--seconds") seconds = std::atof(value().c_str());
     else if (a == "--warmup") warmup = std::atof(value().c_str());
     else if (a == "--method") method = value();
+    else if (a == "--dialect") dialects = value();
+    else if (a == "--blocking") g_blocking = true;
     else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
     else {
       std::fprintf(stderr,
                    "usage: server_load [--url http://HOST:PORT/[,...]]... [--connections 64] [--threads 2]\n"
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
+                   "                   [--dialect both|0.3|1.0] [--blocking]\n"
                    "                   [--server-threads N] [--workers N]\n");
       return a == "--help" ? 0 : 2;
     }
@@ -379,6 +398,15 @@ int main(int argc, char **argv) {
       for (const std::string &u : urls) std::printf(" %s", u.c_str());
       std::printf("\n");
     }
+    std::vector<std::string> dialect_list;
+    if (dialects == "both") dialect_list = {"0.3", "1.0"};
+    else if (dialects == "0.3" || dialects == "1.0") dialect_list = {dialects};
+    else throw std::invalid_argument("--dialect must be both, 0.3 or 1.0");
+    std::printf("SendMessage %s\n", g_blocking ? "blocks until each Task is done (--blocking)"
+                                               : "answers at once (blocking:false / returnImmediately:true)");
+    for (const std::string &dialect : dialect_list) {
+    g_dialect = dialect;
+    std::printf("-- A2A %s (%s)\n", dialect.c_str(), dialect == "1.0" ? "A2A-Version: 1.0" : "no A2A-Version header");
     if (method == "all" || method == "get") {
       std::vector<std::string> ids;
       for (uint64_t i = 0; i < 256; ++i)
@@ -412,6 +440,7 @@ int main(int argc, char **argv) {
         std::printf("after SendMessage: %llu Task(s) queued or working; %s %.0f ms later\n",
                     static_cast<unsigned long long>(left), now_left == 0 ? "all completed" : "STILL PENDING",
                     std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
     }
 #ifndef BENCH_NO_SERVER
     if (server) server->stop();

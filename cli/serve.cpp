@@ -28,8 +28,9 @@ namespace {
 
 constexpr const char *kUsage = R"(usage: toolnexus serve [options]
 
-Runs an A2A JSON-RPC agent whose every Task read and write goes through the
-configured store. Prints "listening on http://HOST:PORT/" as its first line on
+Runs an A2A agent (JSON-RPC at POST / in protocol v1.0 and v0.3, chosen by the
+A2A-Version header; HTTP+JSON at /message:send, /tasks... in v1.0) whose every
+Task read and write goes through the configured store. Prints "listening on http://HOST:PORT/" as its first line on
 stdout; stops on SIGINT or SIGTERM (finishing requests in progress, closing
 the store) and exits 0. Logs go to stderr.
 

@@ -407,8 +407,15 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
     throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
   if (!history_length && call.dialect == Dialect::v0_3) {
-    // The stored bytes, less private metadata, are the answer: filtered
-    // without a DOM and spliced in.
+    // The stored bytes, less private metadata, are the answer, without a
+    // DOM. Most stored Tasks (all terminal ones) have no private metadata:
+    // those are checked and spliced in as they are; the others filtered.
+    if (rec->json.find("\"toolnexus/") == std::string::npos) {
+      if (!is_stored_task_of(rec->json, rec->id))
+        throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
+      w.RawValue(rec->json.data(), rec->json.size(), rapidjson::kObjectType);
+      return;
+    }
     rapidjson::StringBuffer &scratch = thread_state().scratch;
     scratch.Clear();
     if (!filter_stored_task_v03(rec->json, rec->id, scratch))

@@ -235,10 +235,11 @@ void write_task_v1(JsonWriter &w, const rapidjson::Value &task, const TaskView &
 // SAX filter for filter_stored_task_v03: copies events to a writer, leaving
 // out private members of the top-level "metadata" object (and "metadata"
 // itself when nothing public is in it), and records the top-level "id".
+template <class Writer>
 struct StoredTaskFilter {
-  explicit StoredTaskFilter(JsonWriter &writer) : w(writer) {}
+  explicit StoredTaskFilter(Writer &writer) : w(writer) {}
 
-  JsonWriter &w;
+  Writer &w;
   int depth = 0;           // nesting of the event being handled
   int skip = 0;            // > 0: inside a skipped value, this many levels deep
   bool skip_scalar = false;  // the next scalar value is skipped
@@ -261,7 +262,7 @@ struct StoredTaskFilter {
   bool scalar_pending_metadata() {
     // "metadata" whose value is not an object: shown as is.
     if (next_is_metadata) {
-      put_key(w, "metadata");
+      w.Key("metadata", 8);
       next_is_metadata = false;
     }
     return true;
@@ -318,7 +319,7 @@ struct StoredTaskFilter {
         return true;
       }
       if (!metadata_open) {
-        put_key(w, "metadata");
+        w.Key("metadata", 8);
         w.StartObject();
         metadata_open = true;
       }
@@ -553,12 +554,28 @@ void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d) {
   else message.Accept(w);
 }
 
-bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjson::StringBuffer &out) {
+namespace {
+
+// Writes nothing: StoredTaskFilter<NullWriter> only checks (is_stored_task_of).
+struct NullWriter {
+  bool Null() { return true; }
+  bool Bool(bool) { return true; }
+  bool RawValue(const char *, rapidjson::SizeType, rapidjson::Type) { return true; }
+  bool String(const char *, rapidjson::SizeType) { return true; }
+  bool Key(const char *, rapidjson::SizeType) { return true; }
+  bool StartObject() { return true; }
+  bool EndObject() { return true; }
+  bool StartArray() { return true; }
+  bool EndArray() { return true; }
+  bool IsComplete() const { return true; }
+};
+
+template <class Writer>
+bool run_stored_task_filter(std::string_view json, std::string_view id, Writer &w) {
   std::size_t i = 0;
   while (i < json.size() && (json[i] == ' ' || json[i] == '\n' || json[i] == '\r' || json[i] == '\t')) ++i;
   if (i == json.size() || json[i] != '{') return false;
-  JsonWriter w(out);
-  StoredTaskFilter filter(w);
+  StoredTaskFilter<Writer> filter(w);
   rapidjson::MemoryStream in(json.data(), json.size());
   rapidjson::Reader reader;
   constexpr unsigned kFlags =
@@ -569,6 +586,18 @@ bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjso
   for (std::size_t p = in.Tell(); p < json.size(); ++p)
     if (json[p] != ' ' && json[p] != '\n' && json[p] != '\r' && json[p] != '\t') return false;
   return filter.seen_id && filter.id == id && w.IsComplete();
+}
+
+}  // namespace
+
+bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjson::StringBuffer &out) {
+  JsonWriter w(out);
+  return run_stored_task_filter(json, id, w);
+}
+
+bool is_stored_task_of(std::string_view json, std::string_view id) {
+  NullWriter w;
+  return run_stored_task_filter(json, id, w);
 }
 
 rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &base,

@@ -93,6 +93,10 @@ void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d);
 /// served as this one. Iterative (no recursion on nesting).
 bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjson::StringBuffer &out);
 
+/// The check of filter_stored_task_v03 alone, writing nothing: `json` is one
+/// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`.
+bool is_stored_task_of(std::string_view json, std::string_view id);
+
 /// Converts a v1.0 Message (A2A v1.0 section 4.1.4 Message, 4.1.6 Part) to
 /// the stored form, allocated in `a`. Checks it as it goes and throws
 /// RpcError(-32602 invalid params) naming the offending member under `base`

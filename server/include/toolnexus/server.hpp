@@ -4,12 +4,17 @@
 // TaskStore (nothing is kept in memory as the truth), so several servers may
 // share one store.
 //
-// HTTP surface (A2A v0.3 section 3.2 JSON-RPC transport, 5.3 Agent Card):
+// HTTP surface (A2A v1.0 section 9 JSON-RPC, section 11 HTTP+JSON, section
+// 8 Agent Card; v0.3 section 3.2 and 5.3):
 //   POST /                              JSON-RPC 2.0 (SendMessage/message/send,
 //                                       GetTask/tasks/get, CancelTask/tasks/cancel,
-//                                       ListTasks/tasks/list)
+//                                       ListTasks/tasks/list); v1.0 shapes with
+//                                       A2A-Version: 1.0, v0.3 without
+//   POST /message:send, GET /tasks/{id}, POST /tasks/{id}:cancel, GET /tasks
+//                                       HTTP+JSON (v1.0), also under /{tenant}/
 //   GET  /.well-known/agent-card.json   Agent Card (also /.well-known/agent.json)
-//   anything else                       404
+//   anything else                       404 (405 for a REST path's wrong method)
+// Clients never see the server's bookkeeping (Task metadata "toolnexus/*").
 #ifndef TOOLNEXUS_SERVER_HPP
 #define TOOLNEXUS_SERVER_HPP
 
@@ -101,8 +106,10 @@ struct ServerLimits {
   std::size_t max_queued_tasks = 4096;
   /// How long a SendMessage waits for room in a full queue.
   int queue_wait_ms = 10000;
-  /// Longest a blocking SendMessage (configuration.blocking) waits; then it
-  /// answers with the Task as it is.
+  /// Longest a blocking SendMessage (the default; v0.3
+  /// configuration.blocking: false and v1.0 returnImmediately: true do not
+  /// block) waits for a terminal or interrupted state; then it answers with
+  /// the Task as it is.
   int blocking_timeout_ms = 60000;
 };
 
