@@ -52,6 +52,8 @@ options (flags override the config file):
   --max-body BYTES         largest request body (default 1048576)
   --max-depth N            deepest JSON nesting accepted (default 64)
   --read-timeout MS        drop a client silent this long (default 10000)
+  --header-timeout MS      a request header must be complete this long after
+                           its first byte, else 408 (default 10000)
   --lease-ms MS            lease of a running Task (default 30000)
   --lease-renew-ms MS      lease renewal interval (default 10000)
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
@@ -68,9 +70,12 @@ config file:
            "provider": {"organization": "...", "url": "..."},
            "documentation_url": "...", "public_url": "..."},
    "auth_tokens": "tokens.json", "log_level": "info", "workers": 4,
-   "limits": {"max_body_bytes": 1048576, "max_json_depth": 64,
-              "read_timeout_ms": 10000, "keep_alive_timeout_ms": 10000,
+   "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
+              "max_json_depth": 64, "read_timeout_ms": 10000,
+              "keep_alive_timeout_ms": 10000, "header_timeout_ms": 10000,
               "body_deadline_ms": 30000, "max_connections": 128,
+              "max_queued_connections": 512, "max_open_connections": 20000,
+              "stream_stall_ms": 60000,
               "max_queued_tasks": 4096, "queue_wait_ms": 10000,
               "blocking_timeout_ms": 60000},
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
@@ -199,12 +204,23 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   }
   if (const rapidjson::Value *l = member(root, "limits")) {
     warn_unknown(c, *l, "limits.",
-                 {"max_body_bytes", "max_json_depth", "read_timeout_ms", "keep_alive_timeout_ms",
-                  "body_deadline_ms", "max_connections", "max_queued_tasks", "queue_wait_ms",
-                  "blocking_timeout_ms"});
+                 {"max_body_bytes", "max_header_bytes", "max_json_depth", "read_timeout_ms",
+                  "keep_alive_timeout_ms", "header_timeout_ms", "body_deadline_ms", "max_connections",
+                  "max_queued_connections", "max_open_connections", "stream_stall_ms", "max_queued_tasks",
+                  "queue_wait_ms", "blocking_timeout_ms"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
     if (auto v = config_int(c, *l, "max_body_bytes", "limits.max_body_bytes", 1, int64_t{1} << 40))
       o.limits.max_body_bytes = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_header_bytes", "limits.max_header_bytes", 1024, 1 << 20))
+      o.limits.max_header_bytes = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "header_timeout_ms", "limits.header_timeout_ms", 1, kMaxMs))
+      o.limits.header_timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "max_queued_connections", "limits.max_queued_connections", 1, 1 << 20))
+      o.limits.max_queued_connections = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *l, "max_open_connections", "limits.max_open_connections", 1, 1 << 22))
+      o.limits.max_open_connections = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "stream_stall_ms", "limits.stream_stall_ms", 1, kMaxMs))
+      o.limits.stream_stall_ms = to_int(*v);
     if (auto v = config_int(c, *l, "max_json_depth", "limits.max_json_depth", 2, 64))
       o.limits.max_json_depth = to_int(*v);
     if (auto v = config_int(c, *l, "read_timeout_ms", "limits.read_timeout_ms", 1, kMaxMs))
@@ -293,6 +309,7 @@ int run_serve(int argc, char **argv) {
       else if (a == "--max-body") o.limits.max_body_bytes = static_cast<std::size_t>(parse_int(a, next(), 1, int64_t{1} << 40));
       else if (a == "--max-depth") o.limits.max_json_depth = to_int(parse_int(a, next(), 2, 64));
       else if (a == "--read-timeout") o.limits.read_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--header-timeout") o.limits.header_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));

@@ -157,6 +157,30 @@ class Connection {
     }
   }
 
+  /// Reads one interim (1xx) response: a header block without a body.
+  HttpResponse read_interim(std::chrono::milliseconds timeout = 5000ms) {
+    HttpResponse r;
+    const auto deadline = Clock::now() + timeout;
+    char buf[4096];
+    for (;;) {
+      const std::size_t end = received_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        parse_head(received_.substr(0, end), r);
+        received_.erase(0, end + 4);
+        return r;
+      }
+      if (Clock::now() > deadline) throw std::runtime_error("timed out waiting for an interim response");
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        r.closed = true;
+        return r;
+      }
+      received_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
   /// POST / with `body` and extra header lines ("Name: value\r\n").
   HttpResponse post(const std::string &body, const std::string &extra_headers = {}, const std::string &path = "/") {
     const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +

@@ -1,9 +1,9 @@
-// server/src/http.hpp: the Poco HTTPServer glue. Routes POST / to the
-// JSON-RPC methods and GET /.well-known/agent-card.json (and agent.json) to
-// the card; everything else is 404. Enforces the body limit (413 without
-// reading: Content-Length checked first, chunked bodies capped while read),
-// the whole-body deadline (408), socket timeouts, bearer authentication
-// (401 with WWW-Authenticate), and writes one debug log line per request.
+// server/src/http.hpp: the HTTP routes. POST / goes to the JSON-RPC
+// methods, GET /.well-known/agent-card.json (and agent.json) to the card,
+// the HTTP+JSON paths to the REST binding (rest.hpp); everything else is
+// 404. Bearer authentication (401 with WWW-Authenticate) and one debug log
+// line per request. Connections, framing, limits and timeouts are the
+// reactor's (http_reactor.hpp).
 #ifndef TOOLNEXUS_SERVER_HTTP_HPP
 #define TOOLNEXUS_SERVER_HTTP_HPP
 
@@ -34,9 +34,8 @@ struct HttpServices {
 /// naming the text when it is not of that shape or the port is not 0..65535.
 void split_listen(const std::string &listen, std::string &host, uint16_t &port);
 
-/// The HTTP server: a Poco TCPServer with HTTP connections (TCP_NODELAY,
-/// keep-alive without a request cap), a thread pool sized by
-/// limits.max_connections, and socket timeouts from the limits.
+/// The HTTP server: a listening socket served by an HttpReactor (one event
+/// loop for every connection, limits.max_connections request threads).
 /// start()/stop() from one thread; stop() is idempotent.
 class HttpFrontend {
  public:
@@ -47,9 +46,9 @@ class HttpFrontend {
   HttpFrontend &operator=(const HttpFrontend &) = delete;
 
   void start();
-  /// Stops accepting, lets requests in progress finish (and their
-  /// responses be sent), closes idle keep-alive connections, and waits (up
-  /// to `grace_ms`) for the connection threads.
+  /// Stops accepting connections, lets requests in progress finish (and their
+  /// responses be sent), closes idle keep-alive connections, ends streams,
+  /// and waits (up to `grace_ms`) for all of it.
   void stop(int grace_ms);
   /// The bound port.
   uint16_t port() const noexcept { return port_; }

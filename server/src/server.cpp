@@ -13,8 +13,10 @@
 #include "toolnexus/registry.hpp"
 #include "toolnexus/task_store.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <mutex>
 #include <stdexcept>
@@ -88,9 +90,12 @@ ServerHandle serve(ServerOptions o) {
   if (l.max_json_depth < 2 || l.max_json_depth > kMaxTaskDepth)
     throw std::invalid_argument("limits.max_json_depth must be between 2 and " + std::to_string(kMaxTaskDepth));
   if (l.read_timeout_ms <= 0 || l.keep_alive_timeout_ms <= 0 || l.body_deadline_ms <= 0 ||
-      l.blocking_timeout_ms < 0)
+      l.header_timeout_ms <= 0 || l.stream_stall_ms <= 0 || l.blocking_timeout_ms < 0)
     throw std::invalid_argument("timeouts must be positive");
   if (l.max_connections == 0) throw std::invalid_argument("limits.max_connections must be positive");
+  if (l.max_header_bytes < 1024) throw std::invalid_argument("limits.max_header_bytes must be at least 1024");
+  if (l.max_open_connections == 0 || l.max_queued_connections == 0)
+    throw std::invalid_argument("limits.max_open_connections and limits.max_queued_connections must be positive");
   if (l.max_queued_tasks == 0 || l.queue_wait_ms < 0)
     throw std::invalid_argument("limits.max_queued_tasks must be positive and limits.queue_wait_ms not negative");
   if (o.lease.lease_ms <= 0 || o.lease.renew_interval_ms <= 0 || o.lease.settle_interval_ms <= 0)
@@ -123,6 +128,19 @@ ServerHandle serve(ServerOptions o) {
 
   // A peer that disconnects mid-response must not kill the process.
   if (std::signal(SIGPIPE, SIG_IGN) == SIG_ERR) impl->log->warn("could not ignore SIGPIPE");
+  // Every open connection and stream is a file descriptor: raise the soft
+  // limit towards the hard one so that max_open_connections can be reached.
+  {
+    rlimit rl{};
+    const rlim_t want = static_cast<rlim_t>(l.max_open_connections) + 256;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+      const rlim_t before = rl.rlim_cur;
+      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+      if (::setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+        impl->log->warn("the open-file limit is " + std::to_string(rl.rlim_cur) + " (was " + std::to_string(before) +
+                        "): fewer than limits.max_open_connections connections can be open at once");
+    }
+  }
 
   impl->auth = std::make_unique<TokenAuth>(o.auth_tokens);
   impl->card.options = o.card;

@@ -1,5 +1,6 @@
 // toolnexus/server.hpp: the embedding API of the A2A JSON-RPC server
-// ("toolnexus serve"). serve() starts a server on a Poco HTTPServer and
+// ("toolnexus serve"). serve() starts a server (an epoll event loop over
+// Poco sockets and Poco's HTTP message parsing, server/src/http_reactor.hpp) and
 // returns a handle; every Task read and write goes through the configured
 // TaskStore (nothing is kept in memory as the truth), so several servers may
 // share one store.
@@ -80,25 +81,43 @@ struct AgentCardOptions {
   std::string public_url;
 };
 
-/// Limits on what a client may send and how long it may take.
+/// Limits on what a client may send and how long it may take. Connections
+/// are served by one event loop (server/src/http_reactor.hpp): a connection
+/// costs a thread only while a complete request is being handled, so slow or
+/// idle clients never hold the request threads.
 struct ServerLimits {
-  /// Largest request body; larger gets 413 without being read (Content-Length
-  /// checked up front, chunked bodies capped while reading).
+  /// Largest request body; larger gets 413 (announced by Content-Length:
+  /// answered before the body is read; chunked: as soon as it passes).
   std::size_t max_body_bytes = 1 << 20;
+  /// Largest request header (request line and fields); larger gets 431.
+  std::size_t max_header_bytes = 32 * 1024;
   /// Deepest JSON nesting (objects + arrays) accepted; checked by a linear,
   /// non-recursive scan before parsing. At most 64 (Task::parse's limit).
   int max_json_depth = 64;
-  /// Socket receive/send timeout: a client silent this long is dropped.
+  /// A client silent this long is dropped: a new connection that sends
+  /// nothing, a request whose header or body stops arriving (408), a
+  /// response the client does not read.
   int read_timeout_ms = 10000;
-  /// Idle time after which a keep-alive connection is closed.
+  /// Idle time after a response (no byte of a next request) after which a
+  /// keep-alive connection is closed.
   int keep_alive_timeout_ms = 10000;
-  /// Whole-body deadline: a body not fully received by then gets 408.
+  /// The whole request header must arrive within this many ms of its first
+  /// byte, else 408 (a client trickling header bytes is cut off; slowloris).
+  int header_timeout_ms = 10000;
+  /// Whole-body deadline, from the end of the header: a body not fully
+  /// received by then gets 408.
   int body_deadline_ms = 30000;
-  /// HTTP threads = connections served at once (keep-alive connections
-  /// each hold one while open); more wait in the accept queue.
+  /// Request threads: requests handled at once (a blocking SendMessage holds
+  /// one while it waits). Idle, slow and streaming connections hold none.
   unsigned max_connections = 128;
-  /// Accepted connections waiting for a thread; beyond that they are closed.
+  /// Complete requests waiting for a request thread; beyond that 503.
   unsigned max_queued_connections = 512;
+  /// Open sockets (idle, reading, handled, streaming); connections beyond
+  /// it are closed at once. The server raises its open-file limit to fit.
+  std::size_t max_open_connections = 20000;
+  /// An SSE stream whose client reads nothing for this long is dropped (the
+  /// client can reconnect with Last-Event-ID).
+  int stream_stall_ms = 60000;
   /// Tasks waiting for a worker. A SendMessage that finds the queue full
   /// waits (up to queue_wait_ms) for room before its Task is created, so
   /// clients are slowed to the rate the workers sustain; after that it

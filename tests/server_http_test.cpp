@@ -1,0 +1,195 @@
+// The HTTP connection layer (server/src/http_reactor.hpp): message framing
+// errors answer 400/413/431/501 instead of reaching the JSON-RPC parser,
+// pipelined requests are answered in order, 100-continue, HTTP/1.0, and
+// slow clients (slowloris) neither hold the request threads nor stop the
+// server from serving everybody else.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+#include <atomic>
+#include <memory>
+
+using namespace tnxtest;
+
+namespace {
+
+const std::string kList = R"({"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{}})";
+
+std::string post_head(const std::string &extra) {
+  return "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra + "\r\n";
+}
+
+// Sends raw bytes and reads one response.
+HttpResponse exchange(int port, const std::string &bytes) {
+  Connection c(port);
+  c.send_raw(bytes);
+  return c.read_response(3000ms);
+}
+
+}  // namespace
+
+TEST_CASE("framing errors are refused by the HTTP layer with the reason") {
+  auto server = toolnexus::serve(test_options());
+  const int port = port_of(server.url());
+  struct Case {
+    const char *what;
+    std::string request;
+    int status;
+    const char *says;
+  };
+  const std::vector<Case> cases = {
+      {"negative Content-Length", post_head("Content-Length: -5\r\n") + kList, 400, "Content-Length '-5'"},
+      {"signed Content-Length", post_head("Content-Length: +5\r\n") + kList, 400, "non-negative decimal"},
+      {"Content-Length not a number", post_head("Content-Length: 12abc\r\n") + kList, 400, "Content-Length"},
+      {"two different Content-Lengths",
+       post_head("Content-Length: 5\r\nContent-Length: 6\r\n") + kList, 400, "two different"},
+      {"Content-Length and Transfer-Encoding",
+       post_head("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n", 400, "both"},
+      {"gzip transfer coding", post_head("Transfer-Encoding: gzip\r\n"), 501, "gzip"},
+      {"bad chunk size", post_head("Transfer-Encoding: chunked\r\n") + "zz\r\n{}\r\n0\r\n\r\n", 400,
+       "bad chunk size 'zz'"},
+      {"negative chunk size", post_head("Transfer-Encoding: chunked\r\n") + "-1\r\n{}\r\n0\r\n\r\n", 400,
+       "bad chunk size"},
+      {"chunk longer than its size",
+       post_head("Transfer-Encoding: chunked\r\n") + "2\r\n{}}\r\n0\r\n\r\n", 400, "not followed by CRLF"},
+      {"header larger than the limit", "GET /tasks HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n",
+       431, "larger than 32768"},
+      {"malformed request line", "GET\r\n\r\n", 400, "malformed request header"},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.what);
+    HttpResponse r = exchange(port, c.request);
+    CHECK(r.status == c.status);
+    CHECK_MESSAGE(r.body.find(c.says) != std::string::npos, r.body);
+    // The answer is JSON and closes the connection.
+    CHECK(parse(r.body).HasMember("message"));
+  }
+  // Nothing reached the store, and the server serves the next client.
+  Client ok(server.url());
+  CHECK(ok.call("ListTasks", "{}")["result"]["totalSize"].GetInt() == 0);
+}
+
+TEST_CASE("a chunked body is de-chunked (extensions and trailers allowed)") {
+  auto server = toolnexus::serve(test_options());
+  Connection c(port_of(server.url()));
+  const std::string a = kList.substr(0, 10), b = kList.substr(10);
+  char sa[16], sb[16];
+  std::snprintf(sa, sizeof sa, "%zx", a.size());
+  std::snprintf(sb, sizeof sb, "%zX", b.size());
+  c.send_raw(post_head("Transfer-Encoding: chunked\r\n") + sa + ";ext=1\r\n" + a + "\r\n" + sb + "\r\n" + b +
+             "\r\n0\r\nX-Trailer: yes\r\n\r\n");
+  HttpResponse r = c.read_response();
+  REQUIRE(r.status == 200);
+  CHECK(parse(r.body)["id"].GetInt() == 7);
+}
+
+TEST_CASE("pipelined requests are answered in order on one connection") {
+  auto server = toolnexus::serve(test_options());
+  Connection c(port_of(server.url()));
+  std::string both;
+  for (int id : {1, 2, 3}) {
+    const std::string body = R"({"jsonrpc":"2.0","id":)" + std::to_string(id) + R"(,"method":"ListTasks"})";
+    both += post_head("Content-Length: " + std::to_string(body.size()) + "\r\n") + body;
+  }
+  c.send_raw(both);
+  for (int id : {1, 2, 3}) {
+    HttpResponse r = c.read_response();
+    REQUIRE(r.status == 200);
+    CHECK(parse(r.body)["id"].GetInt() == id);
+  }
+}
+
+TEST_CASE("Expect: 100-continue gets 100 before the body is sent") {
+  auto server = toolnexus::serve(test_options());
+  Connection c(port_of(server.url()));
+  c.send_raw(post_head("Expect: 100-continue\r\nContent-Length: " + std::to_string(kList.size()) + "\r\n"));
+  HttpResponse cont = c.read_interim(2000ms);
+  CHECK(cont.status == 100);
+  c.send_raw(kList);
+  HttpResponse r = c.read_response();
+  CHECK(r.status == 200);
+  CHECK(parse(r.body)["id"].GetInt() == 7);
+}
+
+TEST_CASE("HTTP/1.0: answered, then the connection closes") {
+  auto server = toolnexus::serve(test_options());
+  Connection c(port_of(server.url()));
+  c.send_raw("POST / HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(kList.size()) +
+             "\r\n\r\n" + kList);
+  HttpResponse r = c.read_response();
+  CHECK(r.status == 200);
+  CHECK(parse(r.body)["id"].GetInt() == 7);
+  CHECK(c.closed_within(2000ms));
+}
+
+TEST_CASE("slowloris: clients trickling header bytes are cut off and never shut others out") {
+  auto o = test_options();
+  o.limits.max_connections = 8;  // request threads: far fewer than the slow clients
+  o.limits.header_timeout_ms = 1500;
+  o.limits.read_timeout_ms = 5000;
+  auto server = toolnexus::serve(o);
+  const int port = port_of(server.url());
+
+  // 200 connections, each sending one header byte every 100 ms.
+  constexpr int kSlow = 200;
+  std::vector<std::unique_ptr<Connection>> slow;
+  for (int i = 0; i < kSlow; ++i) slow.push_back(std::make_unique<Connection>(port));
+  const std::string header = "POST / HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(200, 'a');
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (std::size_t pos = 0; pos < header.size() && !done; ++pos) {
+      for (auto &c : slow) c->send_raw(std::string_view(header).substr(pos, 1));
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+
+  // Meanwhile a normal client is served at once, again and again.
+  Client ok(server.url());
+  const auto t0 = Clock::now();
+  double worst_ms = 0;
+  int served = 0;
+  while (Clock::now() - t0 < 2500ms) {
+    const auto s = Clock::now();
+    auto d = ok.call("ListTasks", "{}");
+    CHECK(d.HasMember("result"));
+    worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - s).count());
+    ++served;
+    std::this_thread::sleep_for(20ms);
+  }
+  MESSAGE("served " << served << " requests beside " << kSlow << " slow clients; slowest " << worst_ms << " ms");
+  CHECK(worst_ms < 500);
+  CHECK(served > 50);
+
+  // Every slow client got 408 once its header was 1.5 s late.
+  int timed_out = 0;
+  for (auto &c : slow) {
+    HttpResponse r = c->read_response(3000ms);
+    if (r.status == 408 && r.body.find("not complete 1500 ms after its first byte") != std::string::npos) ++timed_out;
+  }
+  done = true;
+  trickle.join();
+  CHECK(timed_out == kSlow);
+}
+
+TEST_CASE("a client that stops reading a response does not hold a request thread") {
+  auto o = test_options();
+  o.limits.max_connections = 2;
+  auto server = toolnexus::serve(o);
+  Client writer(server.url());
+  // Tasks with large artifacts make a large ListTasks answer.
+  const std::string big(200 * 1024, 'x');
+  for (int i = 0; i < 8; ++i) writer.send(big);
+  // Four connections ask for ~1.6 MiB each and never read it.
+  std::vector<std::unique_ptr<Connection>> stuck;
+  const std::string body = R"({"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"includeArtifacts":true}})";
+  for (int i = 0; i < 4; ++i) {
+    stuck.push_back(std::make_unique<Connection>(port_of(server.url())));
+    stuck.back()->send_raw(post_head("Content-Length: " + std::to_string(body.size()) + "\r\n") + body);
+  }
+  std::this_thread::sleep_for(300ms);
+  // Two request threads only, yet other clients are served.
+  Client ok(server.url());
+  const auto s = Clock::now();
+  CHECK(ok.call("GetTask", R"({"id":"nope"})")["error"]["code"].GetInt() == -32001);
+  CHECK(Clock::now() - s < 1000ms);
+}
