@@ -54,7 +54,8 @@ TEST_CASE("a worker finishing after a cancel does not overwrite canceled") {
   Client c(server.url());
   const std::string id = task_id(c.send("slow"));
   REQUIRE(eventually([&] { return gate->entered.load(); }));
-  CHECK(state_of(c.get_task(id)) == "working");
+  // "working" is saved once the run has lasted progress_interval_ms.
+  CHECK(eventually([&] { return state_of(c.get_task(id)) == "working"; }, 2000ms));
   auto cancel = c.call("CancelTask", R"({"id":)" + q(id) + "}");
   REQUIRE(state_of(cancel) == "canceled");
   const uint64_t version_after_cancel = server.store()->get(id)->version;

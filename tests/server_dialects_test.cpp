@@ -241,8 +241,9 @@ TEST_CASE("v1.0 errors carry google.rpc.ErrorInfo with the spec's reasons") {
   auto raw = call_v1(c, "SendMessage",
                      R"({"message":{"role":"ROLE_USER","messageId":"m","parts":[{"raw":"not base64!"}]}})");
   CHECK(std::string(raw["error"]["data"][0]["metadata"]["field"].GetString()) == "params.message.parts[0].raw");
-  auto streaming = call_v1(c, "SendStreamingMessage", R"({"message":)" + v1_message("x", "m") + "}");
-  CHECK(reason_of(streaming) == "UNSUPPORTED_OPERATION");
+  // A stream of a missing Task: the error before any stream, as plain JSON.
+  auto streaming = call_v1(c, "SubscribeToTask", R"({"id":"nope"})");
+  CHECK(reason_of(streaming) == "TASK_NOT_FOUND");
   auto method = call_v1(c, "NoSuchMethod", "{}");
   CHECK(error_code(method) == -32601);
   CHECK(reason_of(method) == "METHOD_NOT_FOUND");
@@ -374,9 +375,9 @@ TEST_CASE("HTTP+JSON: send, get, cancel, list with filters and pages, and errors
   CHECK(rest_error(not_json).reason == "PARSE_ERROR");
   auto no_body = request(conn, "POST", "/message:send");
   CHECK(no_body.status == 400);
-  auto stream = request(conn, "POST", "/message:stream", R"({"message":)" + v1_message("x", "m") + "}");
-  CHECK(stream.status == 400);
-  CHECK(rest_error(stream).status == "UNIMPLEMENTED");
+  auto stream = request(conn, "POST", "/tasks/nope:subscribe");
+  CHECK(stream.status == 404);
+  CHECK(rest_error(stream).reason == "TASK_NOT_FOUND");
   CHECK(rest_error(request(conn, "GET", "/tasks/" + id + "/pushNotificationConfigs")).reason ==
         "PUSH_NOTIFICATION_NOT_SUPPORTED");
   auto old = request(conn, "GET", "/tasks/" + id, {}, "A2A-Version: 0.3\r\n");
@@ -406,7 +407,7 @@ TEST_CASE("the Agent Card serves v1.0 (supportedInterfaces) and v0.3 clients") {
   CHECK(std::string(card["protocolVersion"].GetString()) == "0.3.0");
   CHECK(std::string(card["preferredTransport"].GetString()) == "JSONRPC");
   CHECK(card["capabilities"]["extendedAgentCard"].IsFalse());
-  CHECK(card["capabilities"]["streaming"].IsFalse());
+  CHECK(card["capabilities"]["streaming"].IsTrue());
 }
 
 TEST_CASE("server-private metadata is in the store and in no view") {

@@ -188,15 +188,19 @@ TEST_CASE("A2A errors") {
                         "63"),
                  -32003, "63");
   }
-  SUBCASE("-32004 streaming methods while the card says streaming:false") {
-    for (const char *m : {"message/stream", "SendStreamingMessage", "tasks/resubscribe", "SubscribeToTask"}) {
+  SUBCASE("-32004 SubscribeToTask of a terminal Task (the card says streaming: true)") {
+    const std::string id = task_id(c.send("done soon"));
+    c.wait_settled(id);
+    c.call("CancelTask", R"({"id":)" + q(id) + "}");  // approval agent: input-required until now
+    for (const char *m : {"SubscribeToTask", "tasks/resubscribe"}) {
       CAPTURE(m);
-      expect_error(c.call(m, R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]}})",
-                          "70"),
-                   -32004, "70");
+      auto d = c.call(m, R"({"id":)" + q(id) + "}", "70", "A2A-Version: 1.0\r\n");
+      CHECK(error_code(d) == -32004);
+      CHECK(error_message(d).find("is canceled: a terminal Task has no more updates") != std::string::npos);
+      CHECK(d["id"].GetInt() == 70);
     }
     auto card = parse(c.connection().get("/.well-known/agent-card.json").body);
-    CHECK(card["capabilities"]["streaming"].GetBool() == false);
+    CHECK(card["capabilities"]["streaming"].GetBool() == true);
   }
   SUBCASE("-32005 no acceptable output mode") {
     expect_error(c.call("SendMessage",

@@ -122,8 +122,9 @@ TEST_CASE("a live server's Task is never settled by another server sharing the s
   REQUIRE(eventually([&] { return gate->entered.load() == 1; }));
   std::string first_expiry;
   {
+    // "working" is saved once the run has lasted progress_interval_ms.
+    REQUIRE(eventually([&] { return state_of(c2.get_task(id)) == "working"; }, 2000ms));
     auto t = c2.get_task(id);
-    REQUIRE(state_of(t) == "working");
     CHECK(!t["result"].HasMember("metadata"));  // the lease is server-private
     const auto stored = stored_task(server2, id);
     const auto &lease = stored["metadata"]["toolnexus/lease"];

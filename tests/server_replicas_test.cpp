@@ -281,7 +281,8 @@ TEST_CASE("a cancel received by replica B stops the executor running on replica 
   Client ca(r.a.url()), cb(r.b.url());
   const std::string id = task_id(ca.send("long job"));
   REQUIRE(eventually([&] { return slow->entered.load() == 1; }));
-  REQUIRE(state_of(cb.get_task(id)) == "working");
+  // "working" is saved once the run has lasted progress_interval_ms.
+  REQUIRE(eventually([&] { return state_of(cb.get_task(id)) == "working"; }, 2000ms));
 
   const auto t0 = Clock::now();
   auto canceled = cb.call("CancelTask", R"({"id":)" + q(id) + "}");

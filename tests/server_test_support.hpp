@@ -356,10 +356,14 @@ inline rapidjson::Document stored_task(const toolnexus::ServerHandle &server, co
   return parse(rec->json);
 }
 
-/// The text of the first part of the first artifact.
+/// The text of the first artifact: its text parts concatenated (the echo
+/// agent streams its reply as several chunks, each a part).
 inline std::string artifact_text(const rapidjson::Value &task) {
   if (!task.HasMember("artifacts") || task["artifacts"].Empty()) return {};
-  return task["artifacts"][0]["parts"][0]["text"].GetString();
+  std::string out;
+  for (const auto &p : task["artifacts"][0]["parts"].GetArray())
+    if (p.HasMember("text")) out += p["text"].GetString();
+  return out;
 }
 
 /// The text of status.message.

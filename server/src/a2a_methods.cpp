@@ -24,10 +24,10 @@ const std::unordered_map<std::string_view, A2AMethod> &method_table() {
       {"tasks/cancel", A2AMethod::cancel_task},
       {"ListTasks", A2AMethod::list_tasks},
       {"tasks/list", A2AMethod::list_tasks},
-      {"SendStreamingMessage", A2AMethod::streaming},
-      {"message/stream", A2AMethod::streaming},
-      {"SubscribeToTask", A2AMethod::streaming},
-      {"tasks/resubscribe", A2AMethod::streaming},
+      {"SendStreamingMessage", A2AMethod::send_streaming_message},
+      {"message/stream", A2AMethod::send_streaming_message},
+      {"SubscribeToTask", A2AMethod::subscribe_to_task},
+      {"tasks/resubscribe", A2AMethod::subscribe_to_task},
       {"tasks/pushNotificationConfig/set", A2AMethod::push_notification},
       {"tasks/pushNotificationConfig/get", A2AMethod::push_notification},
       {"tasks/pushNotificationConfig/list", A2AMethod::push_notification},
@@ -254,11 +254,13 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
 }
 
 void A2AMethods::handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
-                        ResponseWriter &out, std::string &method) {
+                        ResponseWriter &out, std::string &method, std::string_view last_event_id,
+                        std::optional<StreamPlan> *stream, bool *is_stream_method, Dialect *dialect_out) {
   ThreadState &st = thread_state();
   st.reset();
   out.reset();
   method.clear();
+  if (is_stream_method != nullptr) *is_stream_method = false;
   Envelope env;
   std::optional<A2AMethod> m;
   // Until the version is known, errors use the v1.0 shape when the client
@@ -267,9 +269,13 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
   CallContext call;
   call.principal = principal;
   call.dialect = dialect.value_or(Dialect::v1_0);
+  if (dialect_out != nullptr) *dialect_out = call.dialect;
   try {
     parse_envelope(body, max_json_depth_, st.doc, env);
     method.assign(env.method);
+    m = method_named(env.method);
+    const bool streaming = m == A2AMethod::send_streaming_message || m == A2AMethod::subscribe_to_task;
+    if (is_stream_method != nullptr) *is_stream_method = streaming;
     if (!dialect) {
       throw RpcError(rpc_code::kVersionNotSupported,
                      "A2A-Version '" + std::string(a2a_version.substr(0, 32)) +
@@ -277,16 +283,28 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
                          "(no A2A-Version, or 0.3)",
                      "A2A-Version");
     }
-    m = method_named(env.method);
-    if (!m) {
+    if (!m || (streaming && stream == nullptr)) {
       throw RpcError(rpc_code::kMethodNotFound,
                      "method '" + std::string(env.method.substr(0, 100)) +
-                         "' not found (this agent serves SendMessage, GetTask, CancelTask, ListTasks and "
-                         "their v0.3 spellings message/send, tasks/get, tasks/cancel, tasks/list)");
+                         "' not found (this agent serves SendMessage, SendStreamingMessage, GetTask, CancelTask, "
+                         "ListTasks, SubscribeToTask, the push notification config methods, and their v0.3 "
+                         "spellings)");
     }
     const rapidjson::Value &params = env.params != nullptr ? *env.params : empty_object();
     if (call.dialect == Dialect::v1_0) {
       if (auto tenant = opt_string(params, "tenant", "params.tenant")) call.tenant = std::string(*tenant);
+    }
+    if (streaming) {
+      StreamPlan plan;
+      plan.style.binding = Binding::jsonrpc;
+      plan.style.dialect = call.dialect;
+      rapidjson::StringBuffer id_json;
+      rapidjson::Writer<rapidjson::StringBuffer> idw(id_json);
+      env.id->Accept(idw);
+      plan.style.rpc_id.assign(id_json.GetString(), id_json.GetSize());
+      this->stream(*m, params, call, last_event_id, plan);
+      stream->emplace(std::move(plan));
+      return;
     }
     JsonWriter &w = out.begin_result(env.id);
     dispatch(*m, params, call, w);
@@ -311,16 +329,28 @@ std::optional<Failure> A2AMethods::call(A2AMethod m, const rapidjson::Value &par
   }
 }
 
+std::optional<Failure> A2AMethods::call_stream(A2AMethod m, const rapidjson::Value &params,
+                                               const CallContext &call, std::string_view last_event_id,
+                                               StreamPlan &plan) {
+  try {
+    plan.style.binding = Binding::rest;
+    plan.style.dialect = call.dialect;
+    stream(m, params, call, last_event_id, plan);
+    return std::nullopt;
+  } catch (...) {
+    return current_failure(m, {});
+  }
+}
+
 void A2AMethods::dispatch(A2AMethod m, const rapidjson::Value &params, const CallContext &call, JsonWriter &w) {
   switch (m) {
     case A2AMethod::send_message: return send_message(params, call, w);
     case A2AMethod::get_task: return get_task(params, call, w);
     case A2AMethod::cancel_task: return cancel_task(params, call, w);
     case A2AMethod::list_tasks: return list_tasks(params, call, w);
-    case A2AMethod::streaming:
-      throw RpcError(rpc_code::kUnsupportedOperation,
-                     "streaming is not supported by this agent (its card says capabilities.streaming: false); "
-                     "use SendMessage and GetTask");
+    case A2AMethod::send_streaming_message:
+    case A2AMethod::subscribe_to_task:
+      throw RpcError(rpc_code::kUnsupportedOperation, "this method answers with a stream (text/event-stream)");
     case A2AMethod::push_notification:
       throw RpcError(rpc_code::kPushNotificationNotSupported,
                      "push notifications are not supported by this agent");
@@ -329,7 +359,8 @@ void A2AMethods::dispatch(A2AMethod m, const rapidjson::Value &params, const Cal
   }
 }
 
-void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
+Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &call, bool streaming, TaskView &view,
+                              bool &blocking, std::unique_ptr<TaskWatch::Hold> *hold) {
   const bool v1 = call.dialect == Dialect::v1_0;
   const rapidjson::Value *m = find(p, "message");
   if (m == nullptr || m->IsNull()) bad_param("params.message", "is required");
@@ -347,14 +378,18 @@ void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call
   // Blocking is the default in both dialects (v1.0: returnImmediately
   // false, section 3.2.2; v0.3: blocking absent = true, as the official
   // SDKs do): the answer comes when the Task is terminal or interrupted.
-  bool blocking = true;
+  // Streams ignore it (v1.0 section 3.2.2: "no effect").
+  blocking = !streaming;
   int64_t history_length = -1;
   if (const rapidjson::Value *c = find(p, "configuration"); c != nullptr && !c->IsNull()) {
     if (!c->IsObject()) bad_param("params.configuration", "must be an object");
     if (v1) {
-      blocking = !opt_bool(*c, "returnImmediately", "params.configuration.returnImmediately").value_or(false);
+      const bool immediate =
+          opt_bool(*c, "returnImmediately", "params.configuration.returnImmediately").value_or(false);
+      if (!streaming) blocking = !immediate;
     } else {
-      blocking = opt_bool(*c, "blocking", "params.configuration.blocking").value_or(true);
+      const bool b = opt_bool(*c, "blocking", "params.configuration.blocking").value_or(true);
+      if (!streaming) blocking = b;
     }
     history_length =
         opt_int(*c, "historyLength", "params.configuration.historyLength", 0, INT32_MAX).value_or(-1);
@@ -377,18 +412,25 @@ void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call
   }
   if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param("params.metadata", "must be an object");
-
+  view.history_length = history_length;
   const std::string_view task_id = str(find(*message, "taskId"));
-  Task task = task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant)
-                              : lifecycle_.resume(task_id, *message, call.principal, call.tenant);
+  return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold)
+                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold);
+}
+
+void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
+  TaskView view;
+  bool blocking = true;
+  std::unique_ptr<TaskWatch::Hold> hold;
+  // The hold is taken only to wait: then every change of the new Task is
+  // seen without reading the store.
+  Task task = start_message(p, call, false, view, blocking, &hold);
   if (blocking) {
-    const std::string tid(task.id());
-    task = lifecycle_.wait_until_settled(tid, call.principal, call.tenant,
+    task = lifecycle_.wait_until_settled(*hold, call.principal, call.tenant,
                                          std::chrono::milliseconds(blocking_timeout_ms_));
   }
-  TaskView view;
-  view.history_length = history_length;
-  if (v1) {
+  hold.reset();
+  if (call.dialect == Dialect::v1_0) {
     // SendMessageResponse: the oneof {task | message} (v1.0 section 3.1.1).
     w.StartObject();
     w.Key("task");
@@ -397,6 +439,60 @@ void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call
   } else {
     write_view(w, task, call.dialect, view);
   }
+}
+
+void A2AMethods::stream(A2AMethod m, const rapidjson::Value &p, const CallContext &call,
+                        std::string_view last_event_id, StreamPlan &plan) {
+  // Last-Event-ID: the SSE id of the last frame the client saw (a
+  // sequence number, see task_events.hpp); anything else is ignored.
+  std::optional<uint64_t> resume;
+  {
+    std::string_view v = last_event_id;
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+    if (!v.empty() && v.size() <= 18 && v.find_first_not_of("0123456789") == std::string_view::npos)
+      resume = std::stoull(std::string(v));
+  }
+  if (m == A2AMethod::send_streaming_message) {
+    TaskView view;
+    bool blocking = false;
+    std::unique_ptr<TaskWatch::Hold> hold;
+    // The stream begins with the Task as created (or resumed), then every
+    // event after it, however far the run has got meanwhile.
+    auto first = std::make_shared<Snapshot>();
+    first->task = start_message(p, call, true, view, blocking, &hold);
+    plan.first = std::move(first);
+    plan.hold = std::move(hold);
+    plan.history_length = view.history_length;
+    plan.subscribe = false;
+    return;
+  }
+  // SubscribeToTask (v1.0 section 3.1.6; v0.3 tasks/resubscribe, 7.9).
+  const std::string id(required_string(p, "id", "params.id"));
+  if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
+    bad_param("params.metadata", "must be an object");
+  // Watched before it is read: no change between the read and the stream
+  // is missed.
+  std::unique_ptr<TaskWatch::Hold> hold = lifecycle_.watch().hold(id);
+  std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
+  if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
+    throw LifecycleError(LifecycleErrc::not_found, "Task '" + id + "' not found");
+  auto snap = std::make_shared<Snapshot>();
+  snap->task = rec->task();
+  snap->version = rec->version;
+  snap->owner = std::move(rec->owner);
+  snap->tenant = std::move(rec->tenant);
+  const std::string state(snap->task.state());
+  if (ts::is_terminal(state) && !resume)
+    throw RpcError(rpc_code::kUnsupportedOperation,
+                   "Task '" + id + "' is " + state +
+                       ": a terminal Task has no more updates to stream (read it with GetTask)",
+                   "params.id");
+  hold->offer(snap);
+  plan.first = resume ? nullptr : hold->latest();
+  plan.resume_after = resume;
+  plan.hold = std::move(hold);
+  plan.subscribe = true;
 }
 
 void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {

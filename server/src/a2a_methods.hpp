@@ -11,6 +11,7 @@
 #include "dialect.hpp"
 #include "jsonrpc.hpp"
 #include "log.hpp"
+#include "task_events.hpp"
 #include "task_lifecycle.hpp"
 
 #include <optional>
@@ -25,7 +26,8 @@ enum class A2AMethod {
   get_task,           ///< GetTask / tasks/get / GET /tasks/{id}
   cancel_task,        ///< CancelTask / tasks/cancel / POST /tasks/{id}:cancel
   list_tasks,         ///< ListTasks / tasks/list / GET /tasks
-  streaming,          ///< SendStreamingMessage, SubscribeToTask (-32004 for now)
+  send_streaming_message,  ///< SendStreamingMessage / message/stream / POST /message:stream
+  subscribe_to_task,  ///< SubscribeToTask / tasks/resubscribe / GET|POST /tasks/{id}:subscribe
   push_notification,  ///< the push-notification config methods (-32003)
   extended_card,      ///< GetExtendedAgentCard (-32007)
 };
@@ -40,6 +42,28 @@ struct CallContext {
   /// "" = none). A Task is visible only with the tenant it was created
   /// with; a v0.3 request has tenant "".
   std::string tenant;
+};
+
+/// A stream a streaming method (SendStreamingMessage, SubscribeToTask)
+/// decided to open; the HTTP layer opens it (streams.hpp). Move-only.
+struct StreamPlan {
+  /// Keeps the Task watched from before it could change.
+  std::unique_ptr<TaskWatch::Hold> hold;
+  /// The Task the stream begins with (its snapshot is the first frame);
+  /// null when the stream resumes after `resume_after`.
+  SnapshotPtr first;
+  /// Last-Event-ID of a reconnecting client: the stream carries the events
+  /// after it (or the snapshot, when they are gone) instead of beginning with
+  /// the Task.
+  std::optional<uint64_t> resume_after;
+  /// SubscribeToTask: an interrupted state the Task was already in when the
+  /// stream began does not end it (only a later terminal or interrupted
+  /// state does). SendStreamingMessage ends at the first one.
+  bool subscribe = false;
+  /// historyLength for the snapshot frames (< 0: all).
+  int64_t history_length = -1;
+  /// Frames: binding, dialect, JSON-RPC id.
+  FrameStyle style;
 };
 
 /// Why a request failed, as both bindings report it: the A2A / JSON-RPC
@@ -61,9 +85,16 @@ class A2AMethods {
   /// into `out`. `a2a_version` is the request's A2A-Version (header or query
   /// parameter; "" when absent = v0.3; an unsupported one is answered
   /// -32009 VersionNotSupported). `method` receives the method name (for the
-  /// request log; empty when the envelope was unreadable). Never throws.
+  /// request log; empty when the envelope was unreadable). A streaming method
+  /// that succeeds fills `*stream` instead (when `stream` is null it is
+  /// refused like an unknown method); `last_event_id` is the request's
+  /// Last-Event-ID header ("" = none). `*is_stream_method` (may be null) is
+  /// set when the method is a streaming one, also when it failed (v0.3
+  /// clients then expect the error as an SSE event). Never throws.
   void handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
-              ResponseWriter &out, std::string &method);
+              ResponseWriter &out, std::string &method, std::string_view last_event_id = {},
+              std::optional<StreamPlan> *stream = nullptr, bool *is_stream_method = nullptr,
+              Dialect *dialect_out = nullptr);
 
   /// HTTP+JSON: runs `m` with `params` (an object in the JSON-RPC v1.0
   /// params shape, built by the REST router from path, query and body) and
@@ -71,6 +102,11 @@ class A2AMethods {
   /// else the failure (and `out` holds nothing useful). Never throws.
   std::optional<Failure> call(A2AMethod m, const rapidjson::Value &params, const CallContext &call,
                               ResponseWriter &out);
+
+  /// HTTP+JSON streaming (send_streaming_message, subscribe_to_task): on
+  /// success returns std::nullopt and fills `plan`. Never throws.
+  std::optional<Failure> call_stream(A2AMethod m, const rapidjson::Value &params, const CallContext &call,
+                                     std::string_view last_event_id, StreamPlan &plan);
 
   /// The method a JSON-RPC name stands for (v1.0 and v0.3 spellings), or
   /// std::nullopt.
@@ -82,6 +118,12 @@ class A2AMethods {
   void get_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
   void cancel_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
   void list_tasks(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  /// Validates SendMessage params and creates or resumes the Task (with a
+  /// watch hold when `hold` is set). Returns the Task and the view.
+  Task start_message(const rapidjson::Value &params, const CallContext &call, bool streaming, TaskView &view,
+                     bool &blocking, std::unique_ptr<TaskWatch::Hold> *hold);
+  void stream(A2AMethod m, const rapidjson::Value &params, const CallContext &call, std::string_view last_event_id,
+              StreamPlan &plan);
   /// Maps the exception being handled (call only inside a catch block) to a
   /// Failure, logging store and internal errors.
   Failure current_failure(std::optional<A2AMethod> m, std::string_view method_name) const;

@@ -127,7 +127,7 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
   w.Key("capabilities");
   w.StartObject();
   w.Key("streaming");
-  w.Bool(false);
+  w.Bool(true);
   w.Key("pushNotifications");
   w.Bool(false);
   w.Key("extendedAgentCard");  // v1.0

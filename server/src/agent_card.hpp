@@ -25,7 +25,7 @@ struct CardConfig {
 /// HTTP+JSON 1.0 at `url` without its trailing "/", JSONRPC 0.3 at `url`),
 /// the v0.3 fields protocolVersion "0.3.0", url, preferredTransport
 /// "JSONRPC", additionalInterfaces; provider (only when configured),
-/// version, documentationUrl (when set), capabilities {streaming: false,
+/// version, documentationUrl (when set), capabilities {streaming: true,
 /// pushNotifications: false, extendedAgentCard: false,
 /// stateTransitionHistory: false}, securitySchemes with both versions'
 /// shapes and security (v0.3) / securityRequirements (v1.0) when

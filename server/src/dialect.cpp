@@ -554,6 +554,16 @@ void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d) {
   else message.Accept(w);
 }
 
+void write_status(JsonWriter &w, const rapidjson::Value &status, Dialect d) {
+  if (d == Dialect::v1_0) write_status_v1(w, status);
+  else status.Accept(w);
+}
+
+void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d) {
+  if (d == Dialect::v1_0) write_artifact_v1(w, artifact);
+  else artifact.Accept(w);
+}
+
 namespace {
 
 // Writes nothing: StoredTaskFilter<NullWriter> only checks (is_stored_task_of).

@@ -85,6 +85,13 @@ void write_task(JsonWriter &w, const rapidjson::Value &task, Dialect d, const Ta
 /// Writes a stored Message as `d` shows it.
 void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d);
 
+/// Writes a stored TaskStatus ({"state", "timestamp"?, "message"?}) as `d`
+/// shows it (v1.0: TASK_STATE_*, millisecond timestamp).
+void write_status(JsonWriter &w, const rapidjson::Value &status, Dialect d);
+
+/// Writes a stored Artifact as `d` shows it.
+void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d);
+
 /// The v0.3 view of stored Task bytes without building a DOM (GetTask's fast
 /// path): appends to `out` the JSON of `json` less its private metadata.
 /// Returns false (leaving `out` with partial output the caller discards)

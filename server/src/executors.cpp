@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 namespace toolnexus {
 
@@ -15,6 +17,18 @@ using server_detail::make_string;
 using server_detail::str;
 
 AgentExecutor::~AgentExecutor() = default;
+TaskProgress::~TaskProgress() = default;
+
+void TaskProgress::text_chunk(std::string_view artifact_id, std::string_view name, std::string_view text,
+                              bool last_chunk) {
+  rapidjson::Document parts(rapidjson::kArrayType);
+  auto &a = parts.GetAllocator();
+  rapidjson::Value part(rapidjson::kObjectType);
+  part.AddMember("kind", "text", a);
+  part.AddMember("text", make_string(text, a), a);
+  parts.PushBack(part, a);
+  artifact_chunk(artifact_id, name, parts, last_chunk);
+}
 
 ExecutionResult ExecutionResult::completed(std::string note) {
   ExecutionResult r;
@@ -63,18 +77,56 @@ ExecutionResult &ExecutionResult::add_text_artifact(std::string_view text, std::
 
 namespace {
 
+// The message text cut into at most `n` pieces at word boundaries (the
+// pieces concatenated give the text back).
+std::vector<std::string_view> pieces(std::string_view text, std::size_t n) {
+  std::vector<std::string_view> words;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ' ' && i + 1 < text.size() && text[i + 1] != ' ') {
+      words.push_back(text.substr(start, i + 1 - start));
+      start = i + 1;
+    }
+  }
+  words.push_back(text.substr(start));
+  std::vector<std::string_view> out;
+  const std::size_t per = (words.size() + n - 1) / n;
+  for (std::size_t i = 0; i < words.size(); i += per) {
+    const std::size_t last = std::min(words.size(), i + per) - 1;
+    const char *b = words[i].data();
+    const char *e = words[last].data() + words[last].size();
+    out.emplace_back(b, static_cast<std::size_t>(e - b));
+  }
+  return out;
+}
+
 class EchoExecutor final : public AgentExecutor {
  public:
+  explicit EchoExecutor(int chunk_delay_ms) : delay_ms_(chunk_delay_ms) {}
   std::string name() const override { return "echo"; }
   std::vector<AgentSkill> skills() const override {
-    return {AgentSkill{"echo", "Echo", "Completes each Task with one text artifact holding the message text.",
+    return {AgentSkill{"echo", "Echo",
+                       "Completes each Task with one text artifact holding the message text, streamed in chunks.",
                        {"echo", "test"}, {"hello"}}};
   }
   ExecutionResult execute(const ExecutionContext &ctx) override {
-    ExecutionResult r = ExecutionResult::completed();
-    r.add_text_artifact(ctx.latest_text, "echo");
-    return r;
+    const std::string id = server_detail::new_uuid();
+    const std::vector<std::string_view> chunks = pieces(ctx.latest_text, 4);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      if (i != 0 && delay_ms_ > 0) {
+        // Sleep in short steps so a cancel is noticed at once.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
+        while (std::chrono::steady_clock::now() < until && !ctx.cancel_requested)
+          std::this_thread::sleep_for(std::chrono::milliseconds(std::min(delay_ms_, 10)));
+      }
+      if (ctx.cancel_requested) return ExecutionResult::failed("canceled");
+      ctx.progress.text_chunk(id, "echo", chunks[i], i + 1 == chunks.size());
+    }
+    return ExecutionResult::completed();
   }
+
+ private:
+  int delay_ms_;
 };
 
 std::string normalized(std::string_view s) {
@@ -134,7 +186,9 @@ class ApprovalExecutor final : public AgentExecutor {
 
 }  // namespace
 
-std::shared_ptr<AgentExecutor> make_echo_executor() { return std::make_shared<EchoExecutor>(); }
+std::shared_ptr<AgentExecutor> make_echo_executor(int chunk_delay_ms) {
+  return std::make_shared<EchoExecutor>(std::max(0, chunk_delay_ms));
+}
 std::shared_ptr<AgentExecutor> make_approval_executor() { return std::make_shared<ApprovalExecutor>(); }
 
 std::vector<std::string> builtin_executor_names() { return {"approval", "echo"}; }

@@ -192,8 +192,13 @@ class Router {
       CallContext call;
       call.principal = principal;
       call.dialect = Dialect::v1_0;
+      std::optional<StreamPlan> plan;
       status = serve_rest(*s_.methods, route, query, req.body, s_.limits.max_json_depth, std::move(call), b.out,
-                          b.answer);
+                          b.answer, req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan);
+      if (plan) {
+        open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
+        return 200;
+      }
     }
     out.reply(json_reply(status, b.answer));
     if (b.answer.capacity() > 256 * 1024) std::string().swap(b.answer);
@@ -215,8 +220,18 @@ class Router {
   int rpc(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal) {
     if (!authenticate(req, out, principal)) return 401;
     const std::string version = a2a_version_of(req, query_of(req.head.getURI()));
-    s_.methods->handle(req.body, version, principal, b.out, b.method);
-    out.reply(json_reply(200, b.out.bytes()));
+    std::optional<StreamPlan> plan;
+    bool is_stream = false;
+    Dialect dialect = Dialect::v0_3;
+    s_.methods->handle(req.body, version, principal, b.out, b.method,
+                       req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect);
+    if (plan) {
+      open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
+    } else if (is_stream) {
+      answer_stream_error(out, dialect, b.out.bytes());
+    } else {
+      out.reply(json_reply(200, b.out.bytes()));
+    }
     return 200;
   }
 

@@ -11,6 +11,8 @@
 #include "agent_card.hpp"
 #include "auth.hpp"
 #include "log.hpp"
+#include "streams.hpp"
+#include "task_watch.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +26,9 @@ struct HttpServices {
   const TokenAuth *auth = nullptr;
   const CardConfig *card = nullptr;
   const Logger *log = nullptr;
+  /// Where streams subscribe.
+  TaskWatch *watch = nullptr;
+  StreamSettings streams;
   ServerLimits limits;
   /// Host (as in the listen address; IPv6 in brackets) used with the bound
   /// port in the card url when a request names no usable host.

@@ -38,7 +38,7 @@ RestMatch match_from(std::string_view m, const std::vector<std::string_view> &se
   };
   if (n == 1) {
     if (s0 == "message:send") return only("POST", A2AMethod::send_message);
-    if (s0 == "message:stream") return only("POST", A2AMethod::streaming);
+    if (s0 == "message:stream") return only("POST", A2AMethod::send_streaming_message);
     if (s0 == "tasks") return only("GET", A2AMethod::list_tasks);
     if (s0 == "extendedAgentCard") return only("GET", A2AMethod::extended_card);
     return RestMatch::not_found;
@@ -55,7 +55,7 @@ RestMatch match_from(std::string_view m, const std::vector<std::string_view> &se
     if (ends_with(raw_id, ":subscribe")) {
       route.task_id = decoded(raw_id.substr(0, raw_id.size() - 10));
       if (m == "GET" || m == "POST") {
-        route.method = A2AMethod::streaming;
+        route.method = A2AMethod::subscribe_to_task;
         return RestMatch::matched;
       }
       allow = "GET, POST";
@@ -165,7 +165,8 @@ int write_rest_error(const Failure &f, std::string &body) {
 
 int serve_rest(A2AMethods &methods, const RestRoute &route,
                const std::vector<std::pair<std::string, std::string>> &query, std::string_view request_body,
-               int max_json_depth, CallContext call, ResponseWriter &out, std::string &body) {
+               int max_json_depth, CallContext call, ResponseWriter &out, std::string &body,
+               std::string_view last_event_id, std::optional<StreamPlan> *plan) {
   rapidjson::Document params(rapidjson::kObjectType);
   try {
     // The body, when there is one, is the request message's JSON.
@@ -185,11 +186,12 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
                        std::string("the request body is not JSON: ") + rapidjson::GetParseError_En(params.GetParseError()) +
                            " at byte " + std::to_string(params.GetErrorOffset()));
       if (!params.IsObject()) throw RpcError(rpc_code::kInvalidRequest, "the request body must be a JSON object");
-    } else if (route.method == A2AMethod::send_message) {
+    } else if (route.method == A2AMethod::send_message || route.method == A2AMethod::send_streaming_message) {
       throw RpcError(rpc_code::kInvalidParams, "invalid params: the body must be a SendMessageRequest "
                                                 "({\"message\": {...}})");
     }
-    if (!route.task_id.empty() || route.method == A2AMethod::get_task || route.method == A2AMethod::cancel_task)
+    if (!route.task_id.empty() || route.method == A2AMethod::get_task || route.method == A2AMethod::cancel_task ||
+        route.method == A2AMethod::subscribe_to_task)
       add_string(params, "id", route.task_id);
     // Query parameters: strings; the methods read integers and booleans
     // from strings too. A2A-Version was read by the caller.
@@ -207,6 +209,15 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
     }
   } catch (const RpcError &e) {
     return write_rest_error(Failure{e.code(), e.what(), e.field()}, body);
+  }
+  if (route.method == A2AMethod::send_streaming_message || route.method == A2AMethod::subscribe_to_task) {
+    if (plan == nullptr)
+      return write_rest_error(Failure{rpc_code::kUnsupportedOperation, "streaming is not available here", {}}, body);
+    StreamPlan p;
+    if (std::optional<Failure> f = methods.call_stream(route.method, params, call, last_event_id, p))
+      return write_rest_error(*f, body);
+    plan->emplace(std::move(p));
+    return 0;
   }
   if (std::optional<Failure> f = methods.call(route.method, params, call, out)) return write_rest_error(*f, body);
   const std::string_view bytes = out.bytes();

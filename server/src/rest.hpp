@@ -2,12 +2,13 @@
 // section 11), over the same A2AMethods as JSON-RPC. Routes (each also under
 // a leading /{tenant}):
 //   POST   /message:send                        SendMessage (body: SendMessageRequest)
-//   POST   /message:stream                      SendStreamingMessage (-> UnsupportedOperation)
+//   POST   /message:stream                      SendStreamingMessage (SSE of StreamResponse)
 //   GET    /tasks/{id}?historyLength=N          GetTask
 //   POST   /tasks/{id}:cancel                   CancelTask (body optional)
 //   GET    /tasks?contextId&status&pageSize&pageToken&historyLength&statusTimestampAfter&includeArtifacts
 //                                               ListTasks
-//   GET|POST /tasks/{id}:subscribe              SubscribeToTask (-> UnsupportedOperation)
+//   GET|POST /tasks/{id}:subscribe              SubscribeToTask (SSE; both verbs: the spec says
+//                                               POST, the proto GET; clients send either)
 //   /tasks/{id}/pushNotificationConfigs[/{cid}] push configs (-> PushNotificationNotSupported)
 //   GET    /extendedAgentCard                   (-> ExtendedAgentCardNotConfigured)
 // Answers: 200 with the result as JSON (v1.0 shapes), or an HTTP error
@@ -62,10 +63,13 @@ int write_rest_error(const Failure &f, std::string &body);
 /// Serves one matched route: builds the method's params from the route,
 /// the decoded query parameters and the body (JSON, checked against
 /// `max_json_depth`; only SendMessage requires one), calls `methods`, and
-/// leaves the answer in `body`. Returns the HTTP status. Never throws.
+/// leaves the answer in `body`. Returns the HTTP status. A streaming route
+/// (message:stream, :subscribe) that succeeds fills `*plan` instead and
+/// returns 0; `last_event_id` is the request's Last-Event-ID. Never throws.
 int serve_rest(A2AMethods &methods, const RestRoute &route,
                const std::vector<std::pair<std::string, std::string>> &query, std::string_view request_body,
-               int max_json_depth, CallContext call, ResponseWriter &out, std::string &body);
+               int max_json_depth, CallContext call, ResponseWriter &out, std::string &body,
+               std::string_view last_event_id = {}, std::optional<StreamPlan> *plan = nullptr);
 
 }  // namespace toolnexus::server_detail
 

@@ -8,6 +8,7 @@
 #include "http.hpp"
 #include "log.hpp"
 #include "task_lifecycle.hpp"
+#include "task_watch.hpp"
 #include "util.hpp"
 
 #include "toolnexus/registry.hpp"
@@ -37,6 +38,7 @@ struct ServerHandle::Impl {
   bool owns_store = false;
   std::unique_ptr<TokenAuth> auth;
   CardConfig card;
+  std::unique_ptr<TaskWatch> watch;
   std::unique_ptr<TaskLifecycle> lifecycle;
   std::unique_ptr<A2AMethods> methods;
   std::unique_ptr<HttpFrontend> http;
@@ -52,6 +54,7 @@ struct ServerHandle::Impl {
       if (lifecycle) lifecycle->begin_stop();
       if (http) http->stop(drain_timeout_ms);
       if (lifecycle) lifecycle->stop();
+      if (watch) watch->stop();
       if (owns_store && store) {
         try {
           store->close();
@@ -117,7 +120,12 @@ ServerHandle serve(ServerOptions o) {
   impl->log = std::make_unique<Logger>(o.log_level, std::move(o.log_sink));
   impl->drain_timeout_ms = o.drain_timeout_ms;
 
-  std::shared_ptr<AgentExecutor> executor = o.executor ? o.executor : make_builtin_executor(o.agent);
+  if (o.streams.max_streams == 0 || o.streams.keepalive_ms <= 0 || o.streams.poll_ms <= 0)
+    throw std::invalid_argument("streams.max_streams, streams.keepalive_ms and streams.poll_ms must be positive");
+  if (o.progress_interval_ms <= 0) throw std::invalid_argument("progress_interval_ms must be positive");
+  std::shared_ptr<AgentExecutor> executor =
+      o.executor ? o.executor
+                 : (o.agent == "echo" ? make_echo_executor(o.echo_chunk_delay_ms) : make_builtin_executor(o.agent));
 
   if (o.store.store) {
     impl->store = o.store.store;
@@ -156,8 +164,13 @@ ServerHandle serve(ServerOptions o) {
   lo.settle_interval_ms = o.lease.settle_interval_ms;
   lo.cancel_poll_ms = o.lease.cancel_poll_ms == 0 ? o.lease.renew_interval_ms : o.lease.cancel_poll_ms;
   lo.drain_timeout_ms = o.drain_timeout_ms;
+  lo.progress_interval_ms = o.progress_interval_ms;
   lo.instance_id = o.instance_id;
-  impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log);
+  WatchOptions wo;
+  wo.poll_ms = o.streams.poll_ms;
+  wo.max_subscribers = o.streams.max_streams;
+  impl->watch = std::make_unique<TaskWatch>(impl->store, wo, *impl->log);
+  impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log, *impl->watch);
   impl->instance_id = impl->lifecycle->instance_id();
   impl->methods =
       std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth, l.blocking_timeout_ms);
@@ -167,6 +180,9 @@ ServerHandle serve(ServerOptions o) {
   services.auth = impl->auth.get();
   services.card = &impl->card;
   services.log = impl->log.get();
+  services.watch = impl->watch.get();
+  services.streams.max_streams = o.streams.max_streams;
+  services.streams.keepalive_ms = o.streams.keepalive_ms;
   services.limits = l;
   const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   services.fallback_host = url_host;
@@ -174,6 +190,7 @@ ServerHandle serve(ServerOptions o) {
   impl->port = impl->http->port();
   impl->url = "http://" + url_host + ":" + std::to_string(impl->port) + "/";
 
+  impl->watch->start();
   impl->lifecycle->start();
   impl->http->start();
   const StoreInfo info = impl->store->info();

@@ -2,6 +2,7 @@
 // compare-and-set, leases, settling of abandoned Tasks.
 #include "task_lifecycle.hpp"
 
+#include "task_events.hpp"
 #include "toolnexus/task_store.h"
 #include "util.hpp"
 
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 namespace toolnexus::server_detail {
 
@@ -63,7 +65,8 @@ rapidjson::Value bound_message(const rapidjson::Value &message, std::string_view
   return m;
 }
 
-// Sets a new status with an agent message (also appended to history).
+// Sets a new status with an agent message (also appended to history) and
+// records the status event.
 void set_status_with_message(Task &task, std::string_view state, std::string_view text) {
   auto &a = task.allocator();
   const std::string id(task.id()), ctx(task.context_id());
@@ -71,22 +74,39 @@ void set_status_with_message(Task &task, std::string_view state, std::string_vie
   rapidjson::Value copy(msg, a);
   append_history(task, std::move(copy));
   task.set_status(state, std::move(msg));
+  add_status_event(task);
 }
 
-// Saves an executor's outcome into `task` (which is working).
+// Sets a new status without a message and records the status event.
+void set_status_event(Task &task, std::string_view state) {
+  task.set_status(state);
+  add_status_event(task);
+}
+
+// The Task's artifacts array (created when missing).
+rapidjson::Value &artifacts_of(Task &task) {
+  rapidjson::Value *arts = find(task.json(), "artifacts");
+  if (arts == nullptr || !arts->IsArray()) {
+    set_member(task.json(), "artifacts", rapidjson::Value(rapidjson::kArrayType), task.allocator());
+    arts = find(task.json(), "artifacts");
+  }
+  return *arts;
+}
+
+// Saves an executor's outcome into `task` (which is submitted or working).
 void apply_result(Task &task, const ExecutionResult &res) {
   auto &a = task.allocator();
+  if (task.state() != ts::kWorking) set_status_event(task, ts::kWorking);
   if (res.artifacts.IsArray() && !res.artifacts.Empty()) {
-    rapidjson::Value *arts = find(task.json(), "artifacts");
-    if (arts == nullptr || !arts->IsArray()) {
-      set_member(task.json(), "artifacts", rapidjson::Value(rapidjson::kArrayType), a);
-      arts = find(task.json(), "artifacts");
-    }
     for (const auto &art : res.artifacts.GetArray()) {
       rapidjson::Value copy(art, a);
       if (copy.IsObject() && find(copy, "artifactId") == nullptr)
         copy.AddMember("artifactId", make_string(new_uuid(), a), a);
-      arts->PushBack(copy, a);
+      rapidjson::Value &arts = artifacts_of(task);
+      const rapidjson::Value *parts = find(copy, "parts");
+      const auto n_parts = parts != nullptr && parts->IsArray() ? parts->Size() : 0u;
+      arts.PushBack(copy, a);
+      add_artifact_event(task, arts.Size() - 1, 0, n_parts, false, true);
     }
   }
   remove_task_metadata(task, kLeaseKey);
@@ -94,7 +114,7 @@ void apply_result(Task &task, const ExecutionResult &res) {
   using O = ExecutionResult::Outcome;
   switch (res.outcome) {
     case O::completed:
-      if (res.message.empty()) task.set_status(ts::kCompleted);
+      if (res.message.empty()) set_status_event(task, ts::kCompleted);
       else set_status_with_message(task, ts::kCompleted, res.message);
       break;
     case O::failed:
@@ -120,11 +140,21 @@ void apply_result(Task &task, const ExecutionResult &res) {
   }
 }
 
+// Merges the members of `md` (an object) into the Task's metadata.
+void merge_metadata(Task &task, const rapidjson::Value *md) {
+  if (md == nullptr || !md->IsObject()) return;
+  for (auto it = md->MemberBegin(); it != md->MemberEnd(); ++it) {
+    rapidjson::Value v(it->value, task.allocator());
+    set_task_metadata(task, std::string_view(it->name.GetString(), it->name.GetStringLength()), std::move(v));
+  }
+}
+
 }  // namespace
 
 TaskLifecycle::TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<AgentExecutor> executor,
-                             LifecycleOptions options, const Logger &log)
-    : store_(std::move(store)), executor_(std::move(executor)), options_(std::move(options)), log_(log) {
+                             LifecycleOptions options, const Logger &log, TaskWatch &watch)
+    : store_(std::move(store)), executor_(std::move(executor)), options_(std::move(options)), log_(log),
+      watch_(watch) {
   if (options_.instance_id.empty()) options_.instance_id = new_uuid();
   if (options_.workers == 0) options_.workers = 4;
   cas_ = (store_->info().capabilities & TNX_CAP_COMPARE_AND_SET) != 0;
@@ -151,13 +181,14 @@ void TaskLifecycle::start() {
 
 void TaskLifecycle::begin_stop() {
   stopping_ = true;
-  notify_waiters();
+  // Blocking waits return now, so requests in progress end.
+  watch_.stop();
 }
 
 void TaskLifecycle::stop() {
   std::call_once(stop_once_, [this] {
     stopping_ = true;
-    notify_waiters();
+    watch_.stop();
     std::deque<WorkItem> left;
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
@@ -220,6 +251,7 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
     so.tenant = r.snap.tenant;
     try {
       r.snap.version = store_->save(r.snap.task, so);
+      watch_.publish(r.snap);
       return r;
     } catch (const StoreError &e) {
       // Someone else saved first: read again and decide again.
@@ -264,20 +296,12 @@ void TaskLifecycle::signal_cancel(const std::string &id) {
   if (it != active_.end()) it->second->cancel = true;
 }
 
-void TaskLifecycle::notify_waiters() {
-  if (waiting_.load() == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(wait_mu_);
-    ++wait_epoch_;
-  }
-  wait_cv_.notify_all();
-}
-
 // ---------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------
 
-Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant) {
+Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant,
+                           std::unique_ptr<TaskWatch::Hold> *hold, const rapidjson::Value *private_metadata) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   Task t;
@@ -294,19 +318,25 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   t.json().AddMember("kind", "task", a);
   const int64_t now = now_us();
   set_lease(t, now + int64_t{options_.lease_ms} * 1000);
+  merge_metadata(t, private_metadata);
+  add_status_event(t);
 
   SaveOptions so;
   so.expected_version = cas_ ? kNoVersion : kAnyVersion;
   so.owner = owner;
   so.tenant = tenant;
-  const uint64_t version = store_->save(t, so);
+  Snapshot snap{std::move(t), 0, owner, tenant};
+  snap.version = store_->save(snap.task, so);
+  if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
   auto active = register_active(id, now);
-  enqueue(WorkItem{id, std::move(active), Snapshot{t, version, owner, tenant}});
-  return t;
+  Task result = snap.task;
+  enqueue(WorkItem{id, std::move(active), std::move(snap)});
+  return result;
 }
 
 Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
-                           const std::string &tenant) {
+                           const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold,
+                           const rapidjson::Value *private_metadata) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
@@ -330,13 +360,16 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
     auto &a = s.task.allocator();
     const std::string ctx(s.task.context_id());
     append_history(s.task, bound_message(message, id, ctx, a));
-    s.task.set_status(ts::kWorking);
+    merge_metadata(s.task, private_metadata);
+    set_status_event(s.task, ts::kWorking);
     lease_time = now_us();
     set_lease(s.task, lease_time + int64_t{options_.lease_ms} * 1000);
     return Verdict::save;
   });
   if (!r.found) throw LifecycleError(LifecycleErrc::not_found, not_found);
+  if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(r.snap));
   auto active = register_active(id, lease_time);
+  active->working_saved = true;
   Task result = r.snap.task;
   enqueue(WorkItem{id, std::move(active), std::move(r.snap)});
   return result;
@@ -353,41 +386,39 @@ Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, c
                            "Task '" + id + "' is already " + state + " and cannot be canceled");
     remove_task_metadata(s.task, kLeaseKey);
     remove_task_metadata(s.task, kPendingKey);
-    s.task.set_status(ts::kCanceled);
+    set_status_event(s.task, ts::kCanceled);
     return Verdict::save;
   });
   if (!r.found) throw LifecycleError(LifecycleErrc::not_found, not_found);
   signal_cancel(id);
-  notify_waiters();
   return std::move(r.snap.task);
 }
 
-Task TaskLifecycle::wait_until_settled(std::string_view task_id, const std::string &owner,
-                                       const std::string &tenant, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  ++waiting_;
-  struct Done {
-    std::atomic<int> &n;
-    ~Done() { --n; }
-  } done{waiting_};
-  for (;;) {
-    uint64_t epoch;
-    {
-      std::lock_guard<std::mutex> lock(wait_mu_);
-      epoch = wait_epoch_;
-    }
-    std::optional<TaskRecord> rec = store_->get(task_id);
-    if (!rec || rec->owner != owner || rec->tenant != tenant)
-      throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
-    Task t = rec->task();
-    const auto now = std::chrono::steady_clock::now();
-    if (ts::is_terminal(t.state()) || ts::is_interrupted(t.state()) || now >= deadline || stopping_)
-      return t;
-    // Woken by a transition made here; the poll covers other servers.
-    std::unique_lock<std::mutex> lock(wait_mu_);
-    wait_cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)),
-                        [&] { return wait_epoch_ != epoch || stopping_; });
-  }
+Task TaskLifecycle::wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
+                                       std::chrono::milliseconds timeout) {
+  bool gone = false;
+  SnapshotPtr latest = watch_.wait(
+      hold,
+      [](const Snapshot &s) {
+        const std::string_view state = s.task.state();
+        return ts::is_terminal(state) || ts::is_interrupted(state);
+      },
+      timeout, &gone);
+  if (gone || !latest || latest->owner != owner || latest->tenant != tenant)
+    throw LifecycleError(LifecycleErrc::not_found, "Task '" + hold.id() + "' not found");
+  return latest->task;
+}
+
+Snapshot TaskLifecycle::edit(std::string_view task_id, const std::string &owner, const std::string &tenant,
+                             const std::function<bool(Task &)> &change) {
+  const std::string id(task_id);
+  const std::string not_found = "Task '" + id + "' not found";
+  UpdateResult r = update(id, [&](Snapshot &s) {
+    if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    return change(s.task) ? Verdict::save : Verdict::keep;
+  });
+  if (!r.found) throw LifecycleError(LifecycleErrc::not_found, not_found);
+  return std::move(r.snap);
 }
 
 // ---------------------------------------------------------------------------
@@ -457,33 +488,160 @@ void TaskLifecycle::worker_loop() {
   }
 }
 
+// The TaskProgress of one run: progress reports are applied to a working
+// copy of the Task and saved (compare-and-set) at most every
+// progress_interval_ms, and in any case with the result.
+class TaskLifecycle::RunProgress final : public TaskProgress {
+ public:
+  RunProgress(TaskLifecycle &lc, const std::string &id, const std::shared_ptr<ActiveTask> &active,
+              const Snapshot &start)
+      : lc_(lc), id_(id), active_(active), start_(start), last_save_(std::chrono::steady_clock::now()) {}
+
+  void status(std::string_view text) override {
+    if (active_->cancel) return;
+    Update u;
+    u.text = std::string(text);
+    pending_.push_back(std::move(u));
+    maybe_save();
+  }
+
+  void artifact_chunk(std::string_view artifact_id, std::string_view name, const rapidjson::Value &parts,
+                      bool last_chunk) override {
+    if (!parts.IsArray() || parts.Empty())
+      throw std::invalid_argument("TaskProgress::artifact_chunk: parts must be a non-empty array of Parts");
+    for (const auto &p : parts.GetArray())
+      if (!p.IsObject()) throw std::invalid_argument("TaskProgress::artifact_chunk: every part must be an object");
+    if (artifact_id.empty()) throw std::invalid_argument("TaskProgress::artifact_chunk: artifact_id is empty");
+    const std::string aid(artifact_id);
+    if (complete_.count(aid) != 0)
+      throw std::invalid_argument("TaskProgress::artifact_chunk: artifact '" + aid + "' is already complete");
+    if (last_chunk) complete_.insert(aid);
+    if (active_->cancel) return;
+    Update u;
+    u.chunk = true;
+    u.artifact_id = aid;
+    u.name = std::string(name);
+    u.parts.CopyFrom(parts, u.parts.GetAllocator());
+    u.last = last_chunk;
+    pending_.push_back(std::move(u));
+    maybe_save();
+  }
+
+  /// Applies the reports not yet saved to `task` (a fresh copy each
+  /// save attempt).
+  void apply(Task &task) const {
+    if (pending_.empty()) return;
+    auto &a = task.allocator();
+    if (task.state() != ts::kWorking) set_status_event(task, ts::kWorking);
+    for (const Update &u : pending_) {
+      if (!u.chunk) {
+        set_status_with_message(task, ts::kWorking, u.text);
+        continue;
+      }
+      rapidjson::Value &arts = artifacts_of(task);
+      rapidjson::SizeType index = arts.Size();
+      for (rapidjson::SizeType i = 0; i < arts.Size(); ++i)
+        if (str(find(arts[i], "artifactId")) == u.artifact_id) index = i;
+      const bool existed = index < arts.Size();
+      if (!existed) {
+        rapidjson::Value art(rapidjson::kObjectType);
+        art.AddMember("artifactId", make_string(u.artifact_id, a), a);
+        if (!u.name.empty()) art.AddMember("name", make_string(u.name, a), a);
+        art.AddMember("parts", rapidjson::Value(rapidjson::kArrayType), a);
+        arts.PushBack(art, a);
+      }
+      rapidjson::Value *parts = find(arts[index], "parts");
+      if (parts == nullptr || !parts->IsArray()) {
+        set_member(arts[index], "parts", rapidjson::Value(rapidjson::kArrayType), a);
+        parts = find(arts[index], "parts");
+      }
+      const rapidjson::SizeType from = parts->Size();
+      for (const auto &p : u.parts.GetArray()) parts->PushBack(rapidjson::Value(p, a), a);
+      add_artifact_event(task, index, from, parts->Size(), existed, u.last);
+    }
+  }
+
+  bool has_pending() const noexcept { return !pending_.empty(); }
+  /// The reports were saved (by the final save).
+  void saved() { pending_.clear(); }
+  /// The record the last progress save made (nullopt: none was made).
+  std::optional<Snapshot> take_saved() { return std::move(saved_); }
+
+ private:
+  struct Update {
+    bool chunk = false;
+    std::string text;
+    std::string artifact_id;
+    std::string name;
+    rapidjson::Document parts;
+    bool last = false;
+  };
+
+  void maybe_save() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_save_ < std::chrono::milliseconds(lc_.options_.progress_interval_ms)) return;
+    last_save_ = now;
+    // Based on the last save, else on (a copy of: the executor still reads
+    // it) the Task as the run started.
+    std::optional<Snapshot> known;
+    if (saved_) known = std::move(saved_);
+    else known = start_;
+    UpdateResult r = lc_.update(
+        id_,
+        [&](Snapshot &s) {
+          const std::string_view state = s.task.state();
+          if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
+          if (read_lease(s.task).instance != lc_.options_.instance_id) return Verdict::stop;
+          apply(s.task);
+          return Verdict::save;
+        },
+        std::move(known));
+    if (r.found && r.verdict == Verdict::save) {
+      saved_ = std::move(r.snap);
+      active_->working_saved = true;
+      pending_.clear();
+    } else {
+      // Canceled, settled or taken over meanwhile: stop reporting.
+      active_->cancel = true;
+      pending_.clear();
+      saved_.reset();
+    }
+  }
+
+  TaskLifecycle &lc_;
+  const std::string &id_;
+  const std::shared_ptr<ActiveTask> &active_;
+  const Snapshot &start_;
+  std::optional<Snapshot> saved_;
+  std::vector<Update> pending_;
+  std::set<std::string> complete_;
+  std::chrono::steady_clock::time_point last_save_;
+};
+
 void TaskLifecycle::run(WorkItem &item) {
   const std::string &id = item.id;
-  // 1. submitted -> working (a resumed Task is working already).
-  int64_t lease_time = 0;
+  // 1. Still ours to run? (No save: "working" is saved only if the run
+  //    lasts; see save_working().)
   UpdateResult r = update(
       id,
       [&](Snapshot &s) {
         const std::string_view state = s.task.state();
         if (ts::is_terminal(state) || ts::is_interrupted(state)) return Verdict::stop;
         if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
-        if (state == ts::kWorking) return Verdict::keep;
-        s.task.set_status(ts::kWorking);
-        lease_time = now_us();
-        set_lease(s.task, lease_time + int64_t{options_.lease_ms} * 1000);
-        return Verdict::save;
+        return Verdict::keep;
       },
       std::move(item.snap));
   if (!r.found || r.verdict == Verdict::stop) return;
-  if (r.verdict == Verdict::save) item.active->lease_written_us = lease_time;
   if (item.active->cancel) return;
+  item.active->started_us = now_us();
 
   // 2. The executor, outside any lock; its exceptions become a failure.
   ExecutionResult result;
+  RunProgress progress(*this, id, item.active, r.snap);
   {
     const std::string latest = latest_user_text(r.snap.task);
-    const ExecutionContext ctx{r.snap.task, task_metadata(r.snap.task, kPendingKey), latest,
-                               item.active->cancel};
+    const ExecutionContext ctx{r.snap.task, task_metadata(r.snap.task, kPendingKey), latest, item.active->cancel,
+                               progress};
     try {
       result = executor_->execute(ctx);
     } catch (const std::exception &e) {
@@ -493,21 +651,43 @@ void TaskLifecycle::run(WorkItem &item) {
     }
   }
 
-  // 3. Save the outcome unless the Task was canceled or settled meanwhile.
+  // 3. Save the outcome (with the progress not saved yet) unless the Task
+  //    was canceled or settled meanwhile. A "working" saved by the renewer
+  //    in between makes the save conflict; it is then made on the re-read
+  //    Task.
   UpdateResult done = update(
       id,
       [&](Snapshot &s) {
         const std::string_view state = s.task.state();
         if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
         if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
+        progress.apply(s.task);
         apply_result(s.task, result);
         return Verdict::save;
       },
-      std::move(r.snap));
+      [&] {
+        std::optional<Snapshot> base = progress.take_saved();
+        if (!base) base = std::move(r.snap);
+        return base;
+      }());
   if (done.found && done.verdict == Verdict::save) {
-    notify_waiters();
+    progress.saved();
     if (log_.enabled(LogLevel::debug))
       log_.debug("Task '" + id + "' is " + std::string(done.snap.task.state()));
+  }
+}
+
+void TaskLifecycle::save_working(const std::string &id, const std::shared_ptr<ActiveTask> &active) {
+  active->working_saved = true;
+  try {
+    update(id, [&](Snapshot &s) {
+      if (s.task.state() != ts::kSubmitted) return Verdict::keep;
+      if (read_lease(s.task).instance != options_.instance_id) return Verdict::keep;
+      set_status_event(s.task, ts::kWorking);
+      return Verdict::save;
+    });
+  } catch (const std::exception &e) {
+    log_.warn("Task '" + id + "': could not save that it is working: " + e.what());
   }
 }
 
@@ -522,7 +702,6 @@ void TaskLifecycle::fail_after_error(const std::string &id, const std::string &w
       set_status_with_message(s.task, ts::kFailed, "The server could not complete this Task: " + what);
       return Verdict::save;
     });
-    notify_waiters();
   } catch (const std::exception &e) {
     log_.error("Task '" + id + "': could not record the failure either: " + e.what() +
                " (its lease will expire and another sweep will settle it)");
@@ -546,7 +725,6 @@ void TaskLifecycle::fail_unstarted(WorkItem &item, const char *why) {
     log_.error("Task '" + item.id + "': could not record that it was not run: " + e.what());
   }
   unregister_active(item.id, item.active);
-  notify_waiters();
 }
 
 // ---------------------------------------------------------------------------
@@ -557,16 +735,22 @@ void TaskLifecycle::renew_due() {
   const int64_t now = now_us();
   const int64_t due_before = now - int64_t{options_.renew_interval_ms} * 1000;
   const int64_t check_before = now - int64_t{options_.cancel_poll_ms} * 1000;
-  std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due, check;
+  const int64_t working_before = now - int64_t{options_.progress_interval_ms} * 1000;
+  std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due, check, working;
   {
     std::lock_guard<std::mutex> lock(active_mu_);
     for (const auto &kv : active_) {
+      const int64_t started = kv.second->started_us.load();
+      if (started != 0 && started <= working_before && !kv.second->working_saved.load() && !kv.second->cancel.load())
+        working.emplace_back(kv.first, kv.second);
       if (kv.second->lease_written_us.load() <= due_before) due.emplace_back(kv.first, kv.second);
       else if (!kv.second->cancel.load() &&
                std::max(kv.second->lease_written_us.load(), kv.second->checked_us.load()) <= check_before)
         check.emplace_back(kv.first, kv.second);
     }
   }
+  // A run that lasts: save that its Task is working.
+  for (auto &[id, active] : working) save_working(id, active);
   // Read-only poll: has another server canceled (or settled, or taken over)
   // a Task running here?
   for (auto &[id, active] : check) {
@@ -664,7 +848,6 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
       std::move(s));
   if (r.found && r.verdict == Verdict::save) {
     log_.warn("settled Task '" + rec.id + "': " + why + where);
-    notify_waiters();
     return true;
   }
   return false;
@@ -689,7 +872,8 @@ std::size_t TaskLifecycle::settle_expired() {
 }
 
 void TaskLifecycle::renewer_loop() {
-  const int poll = std::min(options_.renew_interval_ms, std::max(1, options_.cancel_poll_ms));
+  const int poll = std::min({options_.renew_interval_ms, std::max(1, options_.cancel_poll_ms),
+                             std::max(1, options_.progress_interval_ms)});
   const auto tick = std::chrono::milliseconds(std::max(5, poll / 4));
   std::unique_lock<std::mutex> lock(maint_mu_);
   while (!stop_maintenance_) {

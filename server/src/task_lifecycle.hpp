@@ -19,10 +19,20 @@
 // Pending requests: when an executor parks a Task in input-required, the
 // prompt and its request data are saved in metadata["toolnexus/pending"];
 // resuming needs nothing but the stored Task.
+//
+// Events: every client-visible change appends an event to the Task's stored
+// timeline (task_events.hpp), and every save is published to the TaskWatch,
+// which wakes the waiters and subscribers of that Task only.
+//
+// Saves per Task: a new Task is saved once when it is created (submitted)
+// and once with its outcome. "working" is saved only when the run lasts
+// longer than progress_interval_ms or reports progress (the Task is leased
+// and cancelable either way), so a quick Task costs two durable writes.
 #ifndef TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
 #define TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
 
 #include "log.hpp"
+#include "task_watch.hpp"
 #include "toolnexus/agent_executor.hpp"
 #include "toolnexus/task_store.hpp"
 
@@ -34,6 +44,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -81,17 +92,11 @@ struct LifecycleOptions {
   /// another server (at most renew_interval_ms; see renew_due()).
   int cancel_poll_ms = 10000;
   int drain_timeout_ms = 10000;
+  /// Progress reports (TaskProgress) are saved at most this often; a run
+  /// still going after this long has its "working" state saved.
+  int progress_interval_ms = 100;
   /// Unique among servers sharing the store.
   std::string instance_id;
-};
-
-/// A Task as read from (or just saved to) the store, with the record fields a
-/// later compare-and-set save needs.
-struct Snapshot {
-  Task task;
-  uint64_t version = 0;
-  std::string owner;
-  std::string tenant;
 };
 
 /// Runs Tasks on a worker pool and performs every transition through the
@@ -100,8 +105,9 @@ struct Snapshot {
 /// and executor are shared.
 class TaskLifecycle {
  public:
+  /// `watch` (borrowed; must outlive this) receives every save.
   TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<AgentExecutor> executor,
-                LifecycleOptions options, const Logger &log);
+                LifecycleOptions options, const Logger &log, TaskWatch &watch);
   ~TaskLifecycle();
   TaskLifecycle(const TaskLifecycle &) = delete;
   TaskLifecycle &operator=(const TaskLifecycle &) = delete;
@@ -125,17 +131,24 @@ class TaskLifecycle {
   /// tenant `tenant` (A2A v1.0 section 3.2.1; "" = none), queued.
   /// `message` is a validated Message object (copied). Waits (up to
   /// queue_wait_ms) while max_queued_tasks Tasks are queued. Returns the
-  /// saved Task. Throws LifecycleError(overloaded|stopping), StoreError,
-  /// InvalidTask.
-  Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {});
+  /// saved Task. When `hold` is not null it receives a TaskWatch hold of the
+  /// new Task taken before it is queued (so the caller misses none of its
+  /// changes). `private_metadata` (may be null; an object) is merged into
+  /// the Task's metadata before the first save (e.g. push configs).
+  /// Throws LifecycleError(overloaded|stopping), StoreError, InvalidTask.
+  Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
+              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const rapidjson::Value *private_metadata = nullptr);
 
   /// SendMessage with the taskId of an interrupted Task: appends the message
   /// to history, moves the Task to working with a lease of this instance,
   /// queues it; the executor continues from the stored Task alone. Throws
   /// LifecycleError(not_found: missing, or another owner's or tenant's; terminal;
   /// not_interrupted; context_mismatch; overloaded; stopping), StoreError.
+  /// `hold` as for create(); `private_metadata` is merged in with the
+  /// message.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
-              const std::string &tenant = {});
+              const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
+              const rapidjson::Value *private_metadata = nullptr);
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next
@@ -143,11 +156,19 @@ class TaskLifecycle {
   /// LifecycleError(not_found|not_cancelable), StoreError.
   Task cancel(std::string_view task_id, const std::string &owner, const std::string &tenant = {});
 
-  /// Reads the Task until it is terminal or interrupted, or `timeout`
-  /// passes (then returns it as it is). Throws LifecycleError(not_found)
-  /// when it is gone or not of this owner and tenant.
-  Task wait_until_settled(std::string_view task_id, const std::string &owner, const std::string &tenant,
+  /// Waits (on the TaskWatch, without reading the store) until the held
+  /// Task is terminal or interrupted, or `timeout` passes or the server
+  /// stops (then returns it as it is). Throws LifecycleError(not_found) when
+  /// it left the store or is not of this owner and tenant.
+  Task wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
                           std::chrono::milliseconds timeout);
+
+  /// Applies `edit` to the stored Task `task_id` of this owner and tenant
+  /// (read, edit, compare-and-set save, again on a conflict) and returns it
+  /// as saved. `edit` may throw LifecycleError; returning false saves
+  /// nothing. Throws LifecycleError(not_found), StoreError.
+  Snapshot edit(std::string_view task_id, const std::string &owner, const std::string &tenant,
+                const std::function<bool(Task &)> &edit);
 
   /// One sweep: fails every submitted/working Task whose lease expired
   /// (and that is not running here). Returns how many were settled.
@@ -158,13 +179,17 @@ class TaskLifecycle {
   /// canceled, terminal, removed or leased by another instance gets its
   /// cancel_requested set (the executor should stop; its result is dropped
   /// by the compare-and-set save anyway). The renewer runs this every
-  /// max(5, min(renew_interval_ms, cancel_poll_ms) / 4) ms.
+  /// max(5, min(renew_interval_ms, cancel_poll_ms, progress_interval_ms) / 4)
+  /// ms. It also saves "working" for runs that started more than
+  /// progress_interval_ms ago and have not saved it yet.
   void renew_due();
 
   /// This instance's lease id.
   const std::string &instance_id() const noexcept { return options_.instance_id; }
   /// The store.
   const std::shared_ptr<TaskStore> &store() const noexcept { return store_; }
+  /// The watch every save is published to.
+  TaskWatch &watch() noexcept { return watch_; }
   /// Tasks queued and not yet started.
   std::size_t queued() const noexcept { return queued_.load(); }
 
@@ -174,7 +199,13 @@ class TaskLifecycle {
     std::atomic<int64_t> lease_written_us{0};
     /// When the stored Task was last read by the renewer (0 = never).
     std::atomic<int64_t> checked_us{0};
+    /// When the executor started (0 = not yet).
+    std::atomic<int64_t> started_us{0};
+    /// "working" is in the store (saved by a progress save, the renewer,
+    /// or resume()).
+    std::atomic<bool> working_saved{false};
   };
+  class RunProgress;
   struct WorkItem {
     std::string id;
     std::shared_ptr<ActiveTask> active;
@@ -203,14 +234,15 @@ class TaskLifecycle {
   bool settle_one(TaskRecord &rec);
   void renewer_loop();
   void settler_loop();
-  void notify_waiters();
   void set_lease(Task &task, int64_t expires_us) const;
+  void save_working(const std::string &id, const std::shared_ptr<ActiveTask> &active);
   std::mutex &stripe(std::string_view id);
 
   std::shared_ptr<TaskStore> store_;
   std::shared_ptr<AgentExecutor> executor_;
   LifecycleOptions options_;
   const Logger &log_;
+  TaskWatch &watch_;
   bool cas_ = true;
   std::array<std::mutex, 64> stripes_;
 
@@ -232,11 +264,6 @@ class TaskLifecycle {
   bool stop_maintenance_ = false;
   std::thread renewer_;
   std::thread settler_;
-
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
-  uint64_t wait_epoch_ = 0;
-  std::atomic<int> waiting_{0};
 
   std::atomic<bool> stopping_{false};
   std::once_flag stop_once_;

@@ -30,6 +30,38 @@ struct AgentSkill {
   std::vector<std::string> examples;
 };
 
+/// Progress an executor reports while it runs, before its ExecutionResult:
+/// status messages and artifact chunks. Clients see each as an event of the
+/// Task's stream (A2A v1.0 section 3.1.2 TaskStatusUpdateEvent /
+/// TaskArtifactUpdateEvent; v0.3 section 7.2.2) and in the stored Task
+/// (history, artifacts), so it survives a restart like everything else.
+///
+/// Saving: updates are written to the store together, at most every
+/// progress_interval_ms (the server's setting, default 100 ms) and always
+/// with the final result; a burst of chunks costs one store write, a slow
+/// executor's chunk is visible within the interval. After a cancel the
+/// calls do nothing (cancel_requested is true).
+///
+/// Thread-safety: call from the thread running execute() only. The object
+/// is borrowed for the duration of execute().
+class TaskProgress {
+ public:
+  virtual ~TaskProgress();
+  /// A status message from the agent; the Task stays working. Appended to
+  /// history as an agent Message.
+  virtual void status(std::string_view text) = 0;
+  /// Appends `parts` (a JSON array of A2A Parts, e.g.
+  /// [{"kind":"text","text":"..."}]; copied) to the artifact
+  /// `artifact_id`, which is created (with `name`, may be empty) by its
+  /// first chunk. `last_chunk`: the artifact is complete. Throws
+  /// std::invalid_argument when `parts` is not a non-empty array of objects,
+  /// or the artifact is already complete.
+  virtual void artifact_chunk(std::string_view artifact_id, std::string_view name, const rapidjson::Value &parts,
+                              bool last_chunk) = 0;
+  /// artifact_chunk with one text part.
+  void text_chunk(std::string_view artifact_id, std::string_view name, std::string_view text, bool last_chunk);
+};
+
 /// What an executor sees for one run. Every reference is borrowed for the
 /// duration of AgentExecutor::execute() only.
 struct ExecutionContext {
@@ -51,6 +83,9 @@ struct ExecutionContext {
   /// executors should poll it and return early. Whatever they return after a
   /// cancel is discarded: a terminal state is never overwritten.
   const std::atomic<bool> &cancel_requested;
+  /// Where to report progress (status messages, artifact chunks) before
+  /// returning.
+  TaskProgress &progress;
 };
 
 /// What an executor returns. Move-only (it owns RapidJSON documents).
@@ -100,8 +135,10 @@ class AgentExecutor {
 };
 
 /// echo: completes every Task with one text artifact holding the message
-/// text.
-std::shared_ptr<AgentExecutor> make_echo_executor();
+/// text, streamed as chunks (one per word group, through TaskProgress) with
+/// `chunk_delay_ms` between them (0: no pause; the chunks are then saved
+/// together with the result).
+std::shared_ptr<AgentExecutor> make_echo_executor(int chunk_delay_ms = 0);
 
 /// approval: parks every new Task in input-required asking for approval. A
 /// follow-up message "approve" or "yes" (any case, surrounding blanks

@@ -8,10 +8,13 @@
 // HTTP surface (A2A v1.0 section 9 JSON-RPC, section 11 HTTP+JSON, section
 // 8 Agent Card; v0.3 section 3.2 and 5.3):
 //   POST /                              JSON-RPC 2.0 (SendMessage/message/send,
+//                                       SendStreamingMessage/message/stream and
+//                                       SubscribeToTask/tasks/resubscribe (SSE),
 //                                       GetTask/tasks/get, CancelTask/tasks/cancel,
 //                                       ListTasks/tasks/list); v1.0 shapes with
 //                                       A2A-Version: 1.0, v0.3 without
-//   POST /message:send, GET /tasks/{id}, POST /tasks/{id}:cancel, GET /tasks
+//   POST /message:send, POST /message:stream, GET /tasks/{id},
+//   POST /tasks/{id}:cancel, GET|POST /tasks/{id}:subscribe, GET /tasks
 //                                       HTTP+JSON (v1.0), also under /{tenant}/
 //   GET  /.well-known/agent-card.json   Agent Card (also /.well-known/agent.json)
 //   anything else                       404 (405 for a REST path's wrong method)
@@ -157,6 +160,25 @@ struct LeaseOptions {
   int cancel_poll_ms = 0;
 };
 
+/// Server-sent-event streams: SendStreamingMessage and SubscribeToTask (A2A
+/// v1.0 sections 3.1.2, 3.1.6, 11.7; v0.3 message/stream, tasks/resubscribe).
+/// Each frame's SSE id is the Task's event sequence number, stored with the
+/// Task: a client reconnecting with Last-Event-ID gets every event after it,
+/// from any server sharing the store, or the Task snapshot when the Task's
+/// timeline (its last 64 events) no longer holds them.
+struct StreamOptions {
+  /// Streams open at once, at most; past it the request is answered
+  /// "too many open streams" (JSON-RPC -32603; HTTP+JSON 503).
+  std::size_t max_streams = 10000;
+  /// An idle stream gets an SSE comment ": keep-alive" this often.
+  int keepalive_ms = 15000;
+  /// A Task someone streams or waits for that did not change on this
+  /// server is re-read from the store this often: a change made by another
+  /// server sharing the store reaches this server's streams within poll_ms
+  /// (plus one store read).
+  int poll_ms = 200;
+};
+
 /// Receives every log line the server writes (level, text without newline).
 /// Called from any thread; must be thread-safe.
 using LogSink = std::function<void(LogLevel, std::string_view)>;
@@ -179,6 +201,13 @@ struct ServerOptions {
   std::map<std::string, std::string> auth_tokens;
   /// Worker threads running executors (0 = 4).
   unsigned workers = 0;
+  /// Streams.
+  StreamOptions streams;
+  /// An executor's progress reports (TaskProgress) are saved at most this
+  /// often; a run still going after this long has "working" saved.
+  int progress_interval_ms = 100;
+  /// The built-in echo agent's pause between the chunks of its reply.
+  int echo_chunk_delay_ms = 0;
   /// On stop, how long running executors may take to finish.
   int drain_timeout_ms = 10000;
   /// Lines below this level are not written (errors always are).

@@ -1,0 +1,184 @@
+// The SSE stream of one Task (see streams.hpp).
+#include "streams.hpp"
+
+#include "rest.hpp"
+#include "task_events.hpp"
+
+namespace toolnexus::server_detail {
+
+namespace ts = toolnexus::task_state;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+class TaskStream final : public TaskSubscriber, public std::enable_shared_from_this<TaskStream> {
+ public:
+  TaskStream(std::string id, std::shared_ptr<SseStream> sse, StreamPlan plan, int keepalive_ms)
+      : TaskSubscriber(std::move(id)),
+        sse_(std::move(sse)),
+        first_(std::move(plan.first)),
+        resume_after_(plan.resume_after),
+        subscribe_(plan.subscribe),
+        history_length_(plan.history_length),
+        style_(std::move(plan.style)),
+        keepalive_(std::chrono::milliseconds(keepalive_ms)),
+        last_write_(Clock::now()) {}
+
+  /// Pokes the watch when the client has read what was queued and the
+  /// stream had stopped rendering for it (or when the client is gone).
+  void attach(TaskWatch &watch) {
+    std::weak_ptr<TaskStream> weak = shared_from_this();
+    TaskWatch *w = &watch;
+    sse_->set_on_drain([weak, w] {
+      auto self = weak.lock();
+      if (self && (self->behind_.load() || self->sse_->closed())) w->poke(self->task_id());
+    });
+  }
+
+  bool on_update(const SnapshotPtr &latest) override {
+    if (sse_->closed()) return false;
+    if (sse_->pending() > kHighWaterBytes) {
+      behind_ = true;
+      return true;
+    }
+    behind_ = false;
+    std::string frames;
+    if (!started_) {
+      started_ = true;
+      if (resume_after_) {
+        cursor_ = *resume_after_;
+        // A cursor from the future (another store, a reset Task): start over.
+        if (cursor_ > event_seq(latest->task)) {
+          append_snapshot_frame(frames, latest->task, style_, event_seq(latest->task), history_length_);
+          cursor_ = event_seq(latest->task);
+          changed_ = true;
+        }
+      } else {
+        const Task &t = first_ ? first_->task : latest->task;
+        append_snapshot_frame(frames, t, style_, event_seq(t), history_length_);
+        cursor_ = event_seq(t);
+      }
+      first_.reset();
+    }
+    const uint64_t newest = event_seq(latest->task);
+    if (newest > cursor_) {
+      std::string state;
+      if (!append_event_frames(frames, latest->task, cursor_, style_, &state)) {
+        // Events the client missed have left the timeline: the Task as it is.
+        append_snapshot_frame(frames, latest->task, style_, newest, history_length_);
+      }
+      cursor_ = newest;
+      changed_ = true;
+    }
+    if (!frames.empty()) {
+      if (!sse_->write(frames)) return false;
+      last_write_ = Clock::now();
+    }
+    // Caught up with the newest record: does the stream end here?
+    const std::string_view state = latest->task.state();
+    if (cursor_ >= newest &&
+        (ts::is_terminal(state) || (ts::is_interrupted(state) && (!subscribe_ || changed_)))) {
+      sse_->end();
+      return false;
+    }
+    return true;
+  }
+
+  void on_gone() override {
+    std::string frame;
+    append_error_frame(frame, style_, rpc_code::kTaskNotFound, "Task '" + task_id() + "' was removed from the store",
+                       style_.binding == Binding::jsonrpc ? "params.id" : "id");
+    sse_->write(frame);
+    sse_->end();
+  }
+
+  bool on_idle(Clock::time_point now) override {
+    if (sse_->closed()) return false;
+    if (now - last_write_ >= keepalive_ && sse_->pending() == 0) {
+      std::string frame;
+      append_comment_frame(frame, "keep-alive");
+      if (!sse_->write(frame)) return false;
+      last_write_ = now;
+    }
+    return true;
+  }
+
+  /// For an error before any frame (too many streams).
+  void fail(int code, std::string_view message) {
+    std::string frame;
+    append_error_frame(frame, style_, code, message);
+    sse_->write(frame);
+    sse_->end();
+  }
+
+ private:
+  std::shared_ptr<SseStream> sse_;
+  SnapshotPtr first_;
+  std::optional<uint64_t> resume_after_;
+  bool subscribe_;
+  int64_t history_length_;
+  FrameStyle style_;
+  Clock::duration keepalive_;
+  Clock::time_point last_write_;
+  uint64_t cursor_ = 0;
+  bool started_ = false;
+  bool changed_ = false;
+  std::atomic<bool> behind_{false};
+};
+
+std::string too_many(std::size_t n) {
+  return "too many open streams (" + std::to_string(n) +
+         ", the server's streams.max_streams); retry later or poll with GetTask";
+}
+
+}  // namespace
+
+void answer_stream_error(Responder &out, Dialect dialect, std::string_view error_response) {
+  if (dialect == Dialect::v0_3) {
+    std::shared_ptr<SseStream> sse = out.start_stream({}, "error");
+    if (!sse) return;
+    std::string frame = "event: error\ndata: ";
+    frame += error_response;
+    frame += "\n\n";
+    sse->write(frame);
+    sse->end();
+    return;
+  }
+  HttpReply r;
+  r.body.assign(error_response.data(), error_response.size());
+  out.reply(std::move(r));
+}
+
+void open_task_stream(Responder &out, TaskWatch &watch, StreamPlan plan, const StreamSettings &settings,
+                      const Logger &log) {
+  const std::size_t open = watch.subscribers();
+  if (open >= settings.max_streams) {
+    log.warn("refused a stream of Task '" + plan.hold->id() + "': " + too_many(settings.max_streams));
+    if (plan.style.binding == Binding::rest) {
+      std::string body;
+      write_rest_error(Failure{rpc_code::kInternalError, too_many(settings.max_streams), {}}, body);
+      HttpReply r;
+      r.status = 503;
+      r.body = std::move(body);
+      r.headers.emplace_back("Retry-After", "1");
+      out.reply(std::move(r));
+    } else {
+      rapidjson::Document id;
+      id.Parse(plan.style.rpc_id.data(), plan.style.rpc_id.size());
+      ResponseWriter rw;
+      rw.error(id.HasParseError() ? nullptr : &id, rpc_code::kInternalError, too_many(settings.max_streams), {},
+               plan.style.dialect);
+      answer_stream_error(out, plan.style.dialect, rw.bytes());
+    }
+    return;
+  }
+  const std::string id = plan.hold->id();
+  std::shared_ptr<SseStream> sse = out.start_stream({}, "of Task '" + id + "'");
+  if (!sse) return;
+  std::unique_ptr<TaskWatch::Hold> hold = std::move(plan.hold);
+  auto stream = std::make_shared<TaskStream>(id, sse, std::move(plan), settings.keepalive_ms);
+  stream->attach(watch);
+  if (!watch.subscribe(*hold, stream)) stream->fail(rpc_code::kInternalError, too_many(settings.max_streams));
+}
+
+}  // namespace toolnexus::server_detail

@@ -1,0 +1,91 @@
+// server/src/task_events.hpp: a Task's event timeline, kept in the stored
+// Task itself, and its rendering as server-sent events.
+//
+// Every client-visible change of a Task (a new status, an artifact or an
+// artifact chunk) is an event with a per-Task sequence number. The last
+// kMaxEvents events live in the Task record's server-private metadata,
+//   metadata["toolnexus/events"] = {"seq": <last>, "log": [<entry>, ...]}
+//   entry = {"seq": n, "status": {"state", "timestamp"}, "messageId"?}
+//         | {"seq": n, "artifact": {"index": i, "from": a, "to": b},
+//            "append": bool, "lastChunk": bool}
+// (a status event names its status message by messageId: the message itself
+// is in history; an artifact event names parts [a, b) of artifacts[i], so
+// nothing is stored twice). Because the sequence is stored with the Task,
+// it survives a restart and is the same on every replica sharing the store:
+// a subscriber that reconnects with Last-Event-ID: n gets exactly the events
+// after n, from any server, or the Task snapshot when some of them have
+// already left the timeline.
+//
+// Streams (A2A v1.0 section 3.1.2, 3.1.6, 9.4.2, 11.7; v0.3 section 7.2,
+// 7.9): each frame is "id: <seq>\ndata: <one line of JSON>\n\n". JSON-RPC
+// frames carry a complete JSON-RPC response echoing the request id, whose
+// result is, in v1.0, a StreamResponse ({"task"} | {"statusUpdate"} |
+// {"artifactUpdate"}) and, in v0.3, the bare Task / TaskStatusUpdateEvent
+// (kind "status-update", "final") / TaskArtifactUpdateEvent (kind
+// "artifact-update"). HTTP+JSON frames carry the bare StreamResponse. An
+// error is a frame "event: error" whose data is the binding's error object.
+#ifndef TOOLNEXUS_SERVER_TASK_EVENTS_HPP
+#define TOOLNEXUS_SERVER_TASK_EVENTS_HPP
+
+#include "dialect.hpp"
+#include "toolnexus/task.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace toolnexus::server_detail {
+
+/// metadata key of the timeline.
+inline constexpr const char *kEventsKey = "toolnexus/events";
+/// Events kept in a Task's timeline; older ones are dropped (a subscriber
+/// that missed them gets the Task snapshot instead).
+inline constexpr std::size_t kMaxEvents = 64;
+
+/// The sequence number of the Task's newest event (0: none yet).
+uint64_t event_seq(const Task &task) noexcept;
+
+/// Appends an event for the Task's current status (and its status message,
+/// if any, which must be in history). Returns its sequence number.
+uint64_t add_status_event(Task &task);
+
+/// Appends an event for parts [from, to) of artifacts[index]; `append`:
+/// the parts extend an artifact sent before; `last_chunk`: the artifact is
+/// complete. Returns its sequence number.
+uint64_t add_artifact_event(Task &task, uint32_t index, uint32_t from, uint32_t to, bool append, bool last_chunk);
+
+/// How a stream frames its events.
+enum class Binding { jsonrpc, rest };
+struct FrameStyle {
+  Binding binding = Binding::jsonrpc;
+  Dialect dialect = Dialect::v1_0;
+  /// JSON-RPC: the request's id as JSON text ("7", "\"abc\"").
+  std::string rpc_id = "null";
+};
+
+/// Appends the frame of the whole Task (StreamResponse.task; v0.3: the
+/// Task) with SSE id `seq`, private metadata left out, history as `history_length`
+/// says (< 0: all).
+void append_snapshot_frame(std::string &out, const Task &task, const FrameStyle &style, uint64_t seq,
+                           int64_t history_length = -1);
+
+/// Appends one frame for each timeline event with sequence > `after`, in
+/// order. Returns false, appending nothing, when the timeline no longer
+/// holds all of them (they were dropped: send a snapshot instead).
+/// `*last_state` receives the state of the newest status event appended
+/// (unchanged when none).
+bool append_event_frames(std::string &out, const Task &task, uint64_t after, const FrameStyle &style,
+                         std::string *last_state);
+
+/// Appends an "event: error" frame: JSON-RPC: a complete error response
+/// (v0.3: error.data {"field"}; v1.0: [ErrorInfo]); HTTP+JSON: the
+/// {"error": {...}} body of section 11.6.
+void append_error_frame(std::string &out, const FrameStyle &style, int code, std::string_view message,
+                        std::string_view field = {});
+
+/// Appends an SSE comment (": text\n\n"), e.g. a keep-alive.
+void append_comment_frame(std::string &out, std::string_view text);
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_TASK_EVENTS_HPP

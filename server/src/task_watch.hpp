@@ -1,0 +1,196 @@
+// server/src/task_watch.hpp: who is waiting for which Task, and telling
+// them when it changes.
+//
+// The store is the truth; TaskWatch only carries news of it. Two sources:
+//  - this process's own saves: TaskLifecycle calls publish() after every
+//    successful save, with the Task as saved (no store read);
+//  - everybody else's (other servers sharing the store, `toolnexus store
+//    put`): a poller re-reads each watched Task that has not changed here for
+//    poll_ms, so a change made elsewhere is seen within poll_ms plus one
+//    store read.
+// Two kinds of watchers:
+//  - waiters (a blocking SendMessage): wait() sleeps on the Task's own
+//    condition variable; a change of one Task wakes only its waiters;
+//  - subscribers (SSE streams, push delivery): called on the watch's own
+//    thread with the newest record, so a slow subscriber never delays the
+//    thread that saved the Task.
+// Publishing a Task nobody watches costs one hash lookup.
+#ifndef TOOLNEXUS_SERVER_TASK_WATCH_HPP
+#define TOOLNEXUS_SERVER_TASK_WATCH_HPP
+
+#include "log.hpp"
+#include "toolnexus/task_store.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+/// A Task as read from (or just saved to) the store, with the record fields a
+/// later compare-and-set save needs.
+struct Snapshot {
+  Task task;
+  uint64_t version = 0;
+  std::string owner;
+  std::string tenant;
+};
+
+using SnapshotPtr = std::shared_ptr<const Snapshot>;
+
+/// Settings of a TaskWatch.
+struct WatchOptions {
+  /// How often a watched Task that did not change here is re-read.
+  int poll_ms = 200;
+  /// How often subscribers get on_idle() (keep-alive comments).
+  int idle_tick_ms = 1000;
+  /// Subscribers at most; subscribe() refuses more.
+  std::size_t max_subscribers = 10000;
+};
+
+/// A subscriber of one Task. Its callbacks run on the watch's thread, one
+/// at a time; they must not block (no store I/O).
+class TaskSubscriber {
+ public:
+  explicit TaskSubscriber(std::string task_id) : task_id_(std::move(task_id)) {}
+  virtual ~TaskSubscriber() = default;
+  /// The newest record of the Task known here (never null). Returns false
+  /// when the subscriber is finished (it is then dropped).
+  virtual bool on_update(const SnapshotPtr &latest) = 0;
+  /// The Task is no longer in the store. The subscriber is dropped after.
+  virtual void on_gone() = 0;
+  /// Called every idle_tick_ms. Returns false when finished.
+  virtual bool on_idle(std::chrono::steady_clock::time_point now) = 0;
+  const std::string &task_id() const noexcept { return task_id_; }
+
+ private:
+  std::string task_id_;
+};
+
+/// See the file comment. Thread-safe.
+class TaskWatch {
+  struct Entry;
+
+ public:
+  TaskWatch(std::shared_ptr<TaskStore> store, WatchOptions options, const Logger &log);
+  ~TaskWatch();
+  TaskWatch(const TaskWatch &) = delete;
+  TaskWatch &operator=(const TaskWatch &) = delete;
+
+  /// Starts the delivery thread and the poller.
+  void start();
+  /// Stops both; subscribers still registered are dropped (their streams
+  /// are ended by whoever owns them). Waiters return at once. Idempotent.
+  void stop();
+
+  /// News of a save made here: `snap` is the Task as saved. Copies it only
+  /// when someone watches the Task. Never blocks on I/O.
+  void publish(const Snapshot &snap);
+
+  /// Keeps a Task watched while alive: every publish of it from the moment
+  /// hold() returns is captured, so a caller that holds a Task before it can
+  /// change (a new Task before it is queued, an existing one before it is
+  /// read) misses nothing, without re-reading the store. Move-only; release
+  /// by destroying it. Use it from one thread at a time.
+  class Hold {
+   public:
+    Hold(TaskWatch &watch, std::string id, std::shared_ptr<Entry> entry);
+    ~Hold();
+    Hold(const Hold &) = delete;
+    Hold &operator=(const Hold &) = delete;
+    const std::string &id() const noexcept { return id_; }
+    /// The newest record captured (may be null before the first one).
+    SnapshotPtr latest() const;
+    /// Takes `snap` as the newest record when it is newer.
+    void offer(SnapshotPtr snap);
+
+   private:
+    friend class TaskWatch;
+    TaskWatch &watch_;
+    std::string id_;
+    std::shared_ptr<Entry> entry_;
+  };
+
+  /// Starts watching `id`, with `initial` (may be null) as the newest record.
+  std::unique_ptr<Hold> hold(const std::string &id, SnapshotPtr initial = nullptr);
+
+  /// Waits until done(latest) holds, `timeout` passes or the watch stops.
+  /// Returns the newest record (null when none was ever known), and sets
+  /// `*gone` when the Task left the store.
+  SnapshotPtr wait(Hold &hold, const std::function<bool(const Snapshot &)> &done,
+                   std::chrono::milliseconds timeout, bool *gone = nullptr);
+
+  /// Registers `sub` for the held Task and delivers the newest record to it
+  /// at once. Returns false (registering nothing) when max_subscribers are
+  /// registered. The subscription outlives the hold.
+  bool subscribe(Hold &hold, std::shared_ptr<TaskSubscriber> sub);
+
+  /// Delivers the newest record of `id` to its subscribers again (e.g. a
+  /// stream that had fallen behind has room again). Non-blocking.
+  void poke(const std::string &id);
+
+  /// Subscribers registered.
+  std::size_t subscribers() const noexcept { return n_subs_.load(); }
+
+ private:
+  friend class Hold;
+  struct Entry {
+    SnapshotPtr latest;
+    std::vector<std::shared_ptr<TaskSubscriber>> subs;
+    /// Holds (each wait() has one).
+    int holds = 0;
+    bool gone = false;
+    std::condition_variable cv;
+    std::chrono::steady_clock::time_point last_news{};
+    std::chrono::steady_clock::time_point last_poll{};
+  };
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
+  };
+
+  Shard &shard(std::string_view id);
+  /// Under the shard lock: takes `snap` as the newest record when it is,
+  /// wakes the waiters and queues delivery to the subscribers.
+  void take_newer(const std::string &id, Entry &e, const SnapshotPtr &snap);
+  void mark_dirty(const std::string &id);
+  /// Under the shard lock: forgets the entry when nobody uses it.
+  void release(Shard &s, const std::string &id, const std::shared_ptr<Entry> &e);
+  void unhold(Hold &h);
+  void deliver_loop();
+  void poll_loop();
+  void deliver(const std::string &id);
+
+  std::shared_ptr<TaskStore> store_;
+  WatchOptions options_;
+  const Logger &log_;
+  std::array<Shard, 32> shards_;
+  std::atomic<std::size_t> n_subs_{0};
+
+  std::mutex dirty_mu_;
+  std::condition_variable dirty_cv_;
+  std::deque<std::string> dirty_;
+  std::unordered_set<std::string> dirty_set_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::atomic<bool> stopping_{false};
+  std::thread deliverer_;
+  std::thread poller_;
+  bool started_ = false;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_TASK_WATCH_HPP
