@@ -59,6 +59,15 @@ options (flags override the config file):
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
   --cancel-poll-ms MS      re-read running Tasks this often to notice a cancel
                            made by another server (default: the renew interval)
+  --max-streams N          SSE streams open at once (default 10000)
+  --stream-keepalive-ms MS keep-alive comment on idle streams (default 15000)
+  --stream-poll-ms MS      re-read streamed Tasks that did not change here this
+                           often: the bound on seeing changes made by other
+                           servers sharing the store (default 200)
+  --progress-interval-ms MS  save executor progress at most this often; runs
+                           lasting longer save "working" (default 100)
+  --echo-chunk-delay-ms MS pause between the chunks of the echo agent's reply
+                           (default 0)
   --log-level LEVEL        error, warn, info (default) or debug (one line per
                            request)
   --help                   this text
@@ -79,7 +88,9 @@ config file:
               "max_queued_tasks": 4096, "queue_wait_ms": 10000,
               "blocking_timeout_ms": 60000},
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
-             "settle_interval_ms": 10000}}
+             "settle_interval_ms": 10000},
+   "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
+   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0}
   plugin_dirs and auth_tokens are relative to the config file's directory.
 )";
 
@@ -167,7 +178,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   c.dir = std::filesystem::absolute(file).parent_path();
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
-               {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease"});
+               {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease",
+                "streams", "progress_interval_ms", "echo_chunk_delay_ms"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -182,6 +194,19 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     auth_file = (c.dir / v).lexically_normal().string();
   if (auto v = config_string(c, root, "log_level", "log_level"); !v.empty()) o.log_level = parse_log_level(v);
   if (auto v = config_int(c, root, "workers", "workers", 1, 1024)) o.workers = static_cast<unsigned>(*v);
+  if (auto v = config_int(c, root, "progress_interval_ms", "progress_interval_ms", 1, 3600000))
+    o.progress_interval_ms = to_int(*v);
+  if (auto v = config_int(c, root, "echo_chunk_delay_ms", "echo_chunk_delay_ms", 0, 3600000))
+    o.echo_chunk_delay_ms = to_int(*v);
+  if (const rapidjson::Value *st = member(root, "streams")) {
+    if (!st->IsObject()) throw UsageError(file + ": streams must be an object");
+    warn_unknown(c, *st, "streams.", {"max_streams", "keepalive_ms", "poll_ms"});
+    if (auto v = config_int(c, *st, "max_streams", "streams.max_streams", 1, 1 << 22))
+      o.streams.max_streams = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *st, "keepalive_ms", "streams.keepalive_ms", 1, 3600000))
+      o.streams.keepalive_ms = to_int(*v);
+    if (auto v = config_int(c, *st, "poll_ms", "streams.poll_ms", 1, 3600000)) o.streams.poll_ms = to_int(*v);
+  }
   if (const rapidjson::Value *a2a = member(root, "a2a")) {
     if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
     warn_unknown(c, *a2a, "a2a.",
@@ -314,6 +339,11 @@ int run_serve(int argc, char **argv) {
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--cancel-poll-ms") o.lease.cancel_poll_ms = to_int(parse_int(a, next(), 0, kMaxMs));
+      else if (a == "--max-streams") o.streams.max_streams = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 22));
+      else if (a == "--stream-keepalive-ms") o.streams.keepalive_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--stream-poll-ms") o.streams.poll_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--progress-interval-ms") o.progress_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--echo-chunk-delay-ms") o.echo_chunk_delay_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else throw UsageError("unknown option '" + a + "'");
     }
   } catch (const std::exception &e) {

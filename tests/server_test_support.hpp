@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -73,8 +74,11 @@ struct HttpResponse {
 /// One HTTP/1.1 connection to 127.0.0.1:port.
 class Connection {
  public:
-  explicit Connection(int port) {
+  /// `rcvbuf` > 0: the socket's receive buffer (set before connecting), to
+  /// play a client that reads slowly.
+  explicit Connection(int port, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -204,6 +208,12 @@ class Connection {
   }
 
   int fd() const noexcept { return fd_; }
+  /// Bytes received but not consumed by read_response/read_interim.
+  std::string take_received() {
+    std::string out;
+    out.swap(received_);
+    return out;
+  }
 
  private:
   static void parse_head(const std::string &head, HttpResponse &r) {
@@ -228,6 +238,146 @@ class Connection {
   int fd_ = -1;
   std::string received_;
 };
+
+/// One server-sent event.
+struct SseEvent {
+  std::string id;
+  std::string event;  // "" = message
+  std::string data;
+};
+
+/// Reads a text/event-stream response (chunked or close-delimited) from a
+/// Connection, event by event.
+class SseReader {
+ public:
+  /// Sends `request` (complete HTTP request bytes) on `conn` and reads the
+  /// response head; `status()` and `header()` tell what came back.
+  SseReader(Connection &conn, const std::string &request) : conn_(conn) {
+    conn_.send_raw(request);
+    head_ = conn_.read_interim(5000ms);
+    chunked_ = lower(head_.header("transfer-encoding")) == "chunked";
+    raw_ = conn_.take_received();
+  }
+  int status() const { return head_.status; }
+  std::string header(const std::string &name) const { return head_.header(name); }
+  const HttpResponse &head() const { return head_; }
+
+  /// The next event, or nullopt when the stream ended (last chunk or
+  /// close) or `timeout` passed (then timed_out() is true).
+  std::optional<SseEvent> next(std::chrono::milliseconds timeout = 5000ms) {
+    timed_out_ = false;
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      if (auto e = take_event()) return e;
+      if (ended_) return std::nullopt;
+      if (Clock::now() > deadline) {
+        timed_out_ = true;
+        return std::nullopt;
+      }
+      pump(50);
+    }
+  }
+  /// Comments (": ...") seen so far.
+  const std::vector<std::string> &comments() const { return comments_; }
+  bool ended() const { return ended_; }
+  bool timed_out() const { return timed_out_; }
+  /// Reads the rest of the stream (up to `timeout`); returns the events.
+  std::vector<SseEvent> rest(std::chrono::milliseconds timeout = 5000ms) {
+    std::vector<SseEvent> out;
+    while (auto e = next(timeout)) out.push_back(std::move(*e));
+    return out;
+  }
+
+ private:
+  static std::string lower(std::string s) {
+    for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+  // Moves whatever arrived into text_, de-chunking.
+  void pump(int wait_ms) {
+    dechunk();
+    if (text_.find("\n\n") != std::string::npos || ended_) return;
+    char buf[65536];
+    pollfd p{conn_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, wait_ms) > 0) {
+      const ssize_t n = ::recv(conn_.fd(), buf, sizeof buf, 0);
+      if (n <= 0) {
+        ended_ = true;
+      } else {
+        raw_.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    dechunk();
+  }
+  void dechunk() {
+    if (!chunked_) {
+      text_ += raw_;
+      raw_.clear();
+      return;
+    }
+    for (;;) {
+      const std::size_t eol = raw_.find("\r\n");
+      if (eol == std::string::npos) return;
+      const std::size_t size = std::stoul(raw_.substr(0, eol), nullptr, 16);
+      if (raw_.size() < eol + 2 + size + 2) return;
+      if (size == 0) {
+        ended_ = true;
+        raw_.erase(0, eol + 4);
+        return;
+      }
+      text_ += raw_.substr(eol + 2, size);
+      raw_.erase(0, eol + 2 + size + 2);
+    }
+  }
+  std::optional<SseEvent> take_event() {
+    for (;;) {
+      const std::size_t end = text_.find("\n\n");
+      if (end == std::string::npos) return std::nullopt;
+      const std::string block = text_.substr(0, end);
+      text_.erase(0, end + 2);
+      SseEvent e;
+      bool any = false;
+      std::size_t pos = 0;
+      while (pos <= block.size()) {
+        std::size_t nl = block.find('\n', pos);
+        if (nl == std::string::npos) nl = block.size();
+        const std::string line = block.substr(pos, nl - pos);
+        pos = nl + 1;
+        if (line.empty()) continue;
+        if (line[0] == ':') {
+          comments_.push_back(line.substr(line.size() > 1 && line[1] == ' ' ? 2 : 1));
+          continue;
+        }
+        const std::size_t colon = line.find(':');
+        const std::string field = line.substr(0, colon);
+        std::string value = colon == std::string::npos ? std::string() : line.substr(colon + 1);
+        if (!value.empty() && value[0] == ' ') value.erase(0, 1);
+        if (field == "id") e.id = value;
+        else if (field == "event") e.event = value;
+        else if (field == "data") e.data += (e.data.empty() ? "" : "\n") + value, any = true;
+      }
+      if (any) return e;
+    }
+  }
+
+  Connection &conn_;
+  HttpResponse head_;
+  bool chunked_ = false;
+  bool ended_ = false;
+  bool timed_out_ = false;
+  std::string raw_;
+  std::string text_;
+  std::vector<std::string> comments_;
+};
+
+/// A JSON-RPC POST request's bytes.
+inline std::string rpc_request(const std::string &method, const std::string &params, const std::string &id = "1",
+                               const std::string &extra_headers = {}) {
+  const std::string body =
+      R"({"jsonrpc":"2.0","id":)" + id + R"(,"method":")" + method + R"(","params":)" + params + "}";
+  return "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n" +
+         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
 
 /// Parses JSON, failing the test when it is not JSON.
 inline rapidjson::Document parse(const std::string &json) {

@@ -296,6 +296,9 @@ void HttpFrontend::start() {
   impl_->started = true;
 }
 
+std::size_t HttpFrontend::open_connections() const noexcept { return impl_->reactor->open_connections(); }
+std::size_t HttpFrontend::open_streams() const noexcept { return impl_->reactor->open_streams(); }
+
 void HttpFrontend::stop(int grace_ms) {
   if (impl_->reactor) impl_->reactor->stop(grace_ms);
 }

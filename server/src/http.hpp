@@ -57,6 +57,9 @@ class HttpFrontend {
   void stop(int grace_ms);
   /// The bound port.
   uint16_t port() const noexcept { return port_; }
+  /// Open sockets and SSE streams.
+  std::size_t open_connections() const noexcept;
+  std::size_t open_streams() const noexcept;
 
  private:
   struct Impl;

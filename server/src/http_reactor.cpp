@@ -665,6 +665,10 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     r.set("Cache-Control", "no-cache");
     for (auto &[name, value] : headers) r.set(name, value);
     c.stream_chunked = !c.http10;
+    // A stream's bytes should wait in our queue, where a slow client is
+    // seen (and, stalled, dropped), not in a kernel buffer autotuned to MiBs.
+    int sndbuf = 256 * 1024;
+    ::setsockopt(c.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     if (c.stream_chunked) {
       r.setChunkedTransferEncoding(true);
       r.setKeepAlive(c.keep_alive && !stopping.load());

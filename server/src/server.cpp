@@ -83,6 +83,15 @@ const std::string &ServerHandle::url() const noexcept { return impl_->url; }
 uint16_t ServerHandle::port() const noexcept { return impl_->port; }
 const std::string &ServerHandle::instance_id() const noexcept { return impl_->instance_id; }
 std::shared_ptr<TaskStore> ServerHandle::store() const { return impl_->store; }
+ServerStats ServerHandle::stats() const {
+  ServerStats s;
+  if (impl_->http) {
+    s.open_connections = impl_->http->open_connections();
+    s.open_streams = impl_->http->open_streams();
+  }
+  if (impl_->lifecycle) s.queued_tasks = impl_->lifecycle->queued();
+  return s;
+}
 void ServerHandle::stop() {
   if (impl_) impl_->stop();
 }
@@ -169,6 +178,7 @@ ServerHandle serve(ServerOptions o) {
   WatchOptions wo;
   wo.poll_ms = o.streams.poll_ms;
   wo.max_subscribers = o.streams.max_streams;
+  wo.idle_tick_ms = std::max(10, std::min(1000, o.streams.keepalive_ms / 2));
   impl->watch = std::make_unique<TaskWatch>(impl->store, wo, *impl->log);
   impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log, *impl->watch);
   impl->instance_id = impl->lifecycle->instance_id();

@@ -219,6 +219,16 @@ struct ServerOptions {
   std::string instance_id;
 };
 
+/// What a running server holds right now.
+struct ServerStats {
+  /// Open client sockets (idle, reading, handled, writing, streaming).
+  std::size_t open_connections = 0;
+  /// Open SSE streams.
+  std::size_t open_streams = 0;
+  /// Tasks queued for a worker.
+  std::size_t queued_tasks = 0;
+};
+
 /// A running server. Move-only. Destroying it stops the server.
 /// Thread-safe: url()/port()/instance_id()/store() may be called from any
 /// thread; stop() is idempotent and may be called from any thread but the
@@ -237,6 +247,9 @@ class ServerHandle {
   const std::string &instance_id() const noexcept;
   /// The store the server uses.
   std::shared_ptr<TaskStore> store() const;
+  /// Counts of what the server holds now (each read atomically; together
+  /// a moment's picture).
+  ServerStats stats() const;
   /// Stops accepting connections, lets in-flight requests and saves finish
   /// (executors get drain_timeout_ms), fails Tasks still queued ("the server
   /// stopped before running it"), then closes the store if the server opened
