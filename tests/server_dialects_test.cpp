@@ -378,8 +378,7 @@ TEST_CASE("HTTP+JSON: send, get, cancel, list with filters and pages, and errors
   auto stream = request(conn, "POST", "/tasks/nope:subscribe");
   CHECK(stream.status == 404);
   CHECK(rest_error(stream).reason == "TASK_NOT_FOUND");
-  CHECK(rest_error(request(conn, "GET", "/tasks/" + id + "/pushNotificationConfigs")).reason ==
-        "PUSH_NOTIFICATION_NOT_SUPPORTED");
+  CHECK(rest_error(request(conn, "GET", "/tasks/nope/pushNotificationConfigs")).reason == "TASK_NOT_FOUND");
   auto old = request(conn, "GET", "/tasks/" + id, {}, "A2A-Version: 0.3\r\n");
   CHECK(old.status == 400);
   CHECK(rest_error(old).reason == "VERSION_NOT_SUPPORTED");

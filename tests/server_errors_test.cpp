@@ -178,15 +178,44 @@ TEST_CASE("A2A errors") {
     CHECK(field_of(d) == "params.message.contextId");
     CHECK(state_of(c.get_task(id)) == "input-required");  // nothing changed
   }
-  SUBCASE("-32003 push notifications") {
-    expect_error(c.call("tasks/pushNotificationConfig/set", R"({"taskId":"x"})", "60"), -32003, "60");
-    expect_error(c.call("SetTaskPushNotificationConfig", R"({"taskId":"x"})", "61"), -32003, "61");
-    expect_error(c.call("tasks/pushNotificationConfig/get", R"({"id":"x"})", "62"), -32003, "62");
-    expect_error(c.call("SendMessage",
+  SUBCASE("-32003 push notifications when the operator turned them off") {
+    auto o = test_options();
+    o.push.enabled = false;
+    auto off = toolnexus::serve(o);
+    Client d(off.url());
+    expect_error(d.call("tasks/pushNotificationConfig/set", R"({"taskId":"x"})", "60"), -32003, "60");
+    expect_error(d.call("SetTaskPushNotificationConfig", R"({"taskId":"x"})", "61"), -32003, "61");
+    expect_error(d.call("tasks/pushNotificationConfig/get", R"({"id":"x"})", "62"), -32003, "62");
+    expect_error(d.call("SendMessage",
                         R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]},)"
                         R"("configuration":{"pushNotificationConfig":{"url":"http://example.invalid/"}}})",
                         "63"),
                  -32003, "63");
+    auto card = parse(d.connection().get("/.well-known/agent-card.json").body);
+    CHECK(card["capabilities"]["pushNotifications"].GetBool() == false);
+  }
+  SUBCASE("push configs: a webhook on loopback or an unresolvable host is refused, naming why") {
+    const std::string id = task_id(c.send("hook me"));
+    auto lo = c.call("tasks/pushNotificationConfig/set",
+                     R"({"taskId":)" + q(id) + R"(,"pushNotificationConfig":{"url":"http://127.0.0.1:9/hook"}})", "64");
+    expect_error(lo, -32602, "64");
+    CHECK(error_message(lo).find("127.0.0.1 is a loopback address") != std::string::npos);
+    CHECK(error_message(lo).find("push.allow_targets") != std::string::npos);
+    auto priv = c.call("CreateTaskPushNotificationConfig",
+                       R"({"taskId":)" + q(id) + R"(,"url":"http://[fd00::1]/hook"})", "65", "A2A-Version: 1.0\r\n");
+    CHECK(error_code(priv) == -32602);
+    CHECK(error_message(priv).find("unique-local") != std::string::npos);
+    auto nx = c.call("SendMessage",
+                     R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]},)"
+                     R"("configuration":{"pushNotificationConfig":{"url":"http://example.invalid/"}}})",
+                     "66");
+    expect_error(nx, -32602, "66");
+    CHECK(error_message(nx).find("cannot resolve 'example.invalid'") != std::string::npos);
+    auto ftp = c.call("tasks/pushNotificationConfig/set",
+                      R"({"taskId":)" + q(id) + R"(,"pushNotificationConfig":{"url":"ftp://a.example/"}})", "67");
+    expect_error(ftp, -32602, "67");
+    auto none = c.call("tasks/pushNotificationConfig/get", R"({"id":"no-such-task"})", "68");
+    expect_error(none, -32001, "68");
   }
   SUBCASE("-32004 SubscribeToTask of a terminal Task (the card says streaming: true)") {
     const std::string id = task_id(c.send("done soon"));

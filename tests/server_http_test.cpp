@@ -186,7 +186,12 @@ TEST_CASE("a client that stops reading a response does not hold a request thread
     stuck.push_back(std::make_unique<Connection>(port_of(server.url())));
     stuck.back()->send_raw(post_head("Content-Length: " + std::to_string(body.size()) + "\r\n") + body);
   }
-  std::this_thread::sleep_for(300ms);
+  // Each answer has begun to arrive (so its handler is done), and none is
+  // read any further.
+  for (auto &c : stuck) {
+    pollfd p{c->fd(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 10000) == 1);
+  }
   // Two request threads only, yet other clients are served.
   Client ok(server.url());
   const auto s = Clock::now();

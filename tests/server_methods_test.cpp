@@ -158,7 +158,8 @@ TEST_CASE("the Agent Card") {
     CHECK(std::string(card["preferredTransport"].GetString()) == "JSONRPC");
     CHECK(!card.HasMember("provider"));
     CHECK(!card.HasMember("securitySchemes"));
-    CHECK(card["capabilities"]["pushNotifications"].GetBool() == false);
+    CHECK(card["capabilities"]["pushNotifications"].GetBool() == true);
+    CHECK(card["capabilities"]["streaming"].GetBool() == true);
     CHECK(std::string(card["defaultInputModes"][0].GetString()) == "text/plain");
     CHECK(std::string(card["defaultOutputModes"][0].GetString()) == "text/plain");
     CHECK(std::string(card["skills"][0]["id"].GetString()) == "approval");

@@ -28,16 +28,16 @@ const std::unordered_map<std::string_view, A2AMethod> &method_table() {
       {"message/stream", A2AMethod::send_streaming_message},
       {"SubscribeToTask", A2AMethod::subscribe_to_task},
       {"tasks/resubscribe", A2AMethod::subscribe_to_task},
-      {"tasks/pushNotificationConfig/set", A2AMethod::push_notification},
-      {"tasks/pushNotificationConfig/get", A2AMethod::push_notification},
-      {"tasks/pushNotificationConfig/list", A2AMethod::push_notification},
-      {"tasks/pushNotificationConfig/delete", A2AMethod::push_notification},
-      {"SetTaskPushNotificationConfig", A2AMethod::push_notification},
-      {"CreateTaskPushNotificationConfig", A2AMethod::push_notification},
-      {"GetTaskPushNotificationConfig", A2AMethod::push_notification},
-      {"ListTaskPushNotificationConfig", A2AMethod::push_notification},
-      {"ListTaskPushNotificationConfigs", A2AMethod::push_notification},
-      {"DeleteTaskPushNotificationConfig", A2AMethod::push_notification},
+      {"tasks/pushNotificationConfig/set", A2AMethod::push_create},
+      {"tasks/pushNotificationConfig/get", A2AMethod::push_get},
+      {"tasks/pushNotificationConfig/list", A2AMethod::push_list},
+      {"tasks/pushNotificationConfig/delete", A2AMethod::push_delete},
+      {"SetTaskPushNotificationConfig", A2AMethod::push_create},
+      {"CreateTaskPushNotificationConfig", A2AMethod::push_create},
+      {"GetTaskPushNotificationConfig", A2AMethod::push_get},
+      {"ListTaskPushNotificationConfig", A2AMethod::push_list},
+      {"ListTaskPushNotificationConfigs", A2AMethod::push_list},
+      {"DeleteTaskPushNotificationConfig", A2AMethod::push_delete},
       {"agent/getAuthenticatedExtendedCard", A2AMethod::extended_card},
       {"GetExtendedAgentCard", A2AMethod::extended_card},
       {"GetAuthenticatedExtendedCard", A2AMethod::extended_card},
@@ -205,8 +205,13 @@ void write_view(JsonWriter &w, const Task &task, Dialect d, const TaskView &view
 
 }  // namespace
 
-A2AMethods::A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms)
-    : lifecycle_(lifecycle), log_(log), max_json_depth_(max_json_depth), blocking_timeout_ms_(blocking_timeout_ms) {}
+A2AMethods::A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
+                       PushDeliverer *push)
+    : lifecycle_(lifecycle),
+      log_(log),
+      max_json_depth_(max_json_depth),
+      blocking_timeout_ms_(blocking_timeout_ms),
+      push_(push) {}
 
 std::optional<A2AMethod> A2AMethods::method_named(std::string_view name) {
   const auto &table = method_table();
@@ -351,9 +356,10 @@ void A2AMethods::dispatch(A2AMethod m, const rapidjson::Value &params, const Cal
     case A2AMethod::send_streaming_message:
     case A2AMethod::subscribe_to_task:
       throw RpcError(rpc_code::kUnsupportedOperation, "this method answers with a stream (text/event-stream)");
-    case A2AMethod::push_notification:
-      throw RpcError(rpc_code::kPushNotificationNotSupported,
-                     "push notifications are not supported by this agent");
+    case A2AMethod::push_create:
+    case A2AMethod::push_get:
+    case A2AMethod::push_list:
+    case A2AMethod::push_delete: return push_config(m, params, call, w);
     case A2AMethod::extended_card:
       throw RpcError(rpc_code::kExtendedCardNotConfigured, "this agent has no authenticated extended card");
   }
@@ -381,6 +387,7 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
   // Streams ignore it (v1.0 section 3.2.2: "no effect").
   blocking = !streaming;
   int64_t history_length = -1;
+  std::optional<PushConfig> push_cfg;
   if (const rapidjson::Value *c = find(p, "configuration"); c != nullptr && !c->IsNull()) {
     if (!c->IsObject()) bad_param("params.configuration", "must be an object");
     if (v1) {
@@ -402,20 +409,121 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
                        "this agent answers in text/plain, which acceptedOutputModes does not include",
                        "params.configuration.acceptedOutputModes");
     }
-    for (const char *name : {"pushNotificationConfig", "taskPushNotificationConfig"}) {
-      const rapidjson::Value *push = find(*c, name);
-      if (push != nullptr && !push->IsNull())
-        throw RpcError(rpc_code::kPushNotificationNotSupported,
-                       "push notifications are not supported by this agent",
-                       std::string("params.configuration.") + name);
-    }
+    push_cfg = message_push_config(*c, call);
   }
   if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param("params.metadata", "must be an object");
   view.history_length = history_length;
   const std::string_view task_id = str(find(*message, "taskId"));
-  return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold)
-                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold);
+  std::function<void(Task &)> prepare;
+  if (push_cfg) {
+    // The webhook gets every event from this message on.
+    const std::size_t max = push_->options().max_configs_per_task;
+    prepare = [cfg = *push_cfg, max](Task &t) { put_push_config(t, cfg, event_seq(t), max); };
+  }
+  return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare)
+                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare);
+}
+
+std::optional<PushConfig> A2AMethods::message_push_config(const rapidjson::Value &c, const CallContext &call) {
+  for (const char *name : {"taskPushNotificationConfig", "pushNotificationConfig"}) {
+    const rapidjson::Value *push = find(c, name);
+    if (push == nullptr || push->IsNull()) continue;
+    const std::string field = std::string("params.configuration.") + name;
+    if (push_ == nullptr)
+      throw RpcError(rpc_code::kPushNotificationNotSupported,
+                     "push notifications are not enabled on this agent (its card says pushNotifications: false)",
+                     field);
+    return read_push_config(*push, call.dialect, field, push_->policy());
+  }
+  return std::nullopt;
+}
+
+void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
+  if (push_ == nullptr)
+    throw RpcError(rpc_code::kPushNotificationNotSupported,
+                   "push notifications are not enabled on this agent (its card says pushNotifications: false)");
+  const bool v1 = call.dialect == Dialect::v1_0;
+  // The Task: v1.0 params.taskId; v0.3 params.taskId (set) or params.id.
+  std::string task_field = "params.taskId";
+  std::optional<std::string_view> tid = opt_string(p, "taskId", task_field);
+  if (!v1 && !tid) {
+    task_field = "params.id";
+    tid = opt_string(p, "id", task_field);
+  }
+  if (!tid || tid->empty()) bad_param(task_field, "is required");
+  const std::string task_id(*tid);
+  // The config id: v1.0 params.id; v0.3 params.pushNotificationConfigId.
+  std::optional<std::string_view> cid =
+      v1 ? opt_string(p, "id", "params.id") : opt_string(p, "pushNotificationConfigId", "params.pushNotificationConfigId");
+  const std::string not_found = "Task '" + task_id + "' not found";
+  if (m == A2AMethod::push_create) {
+    // v1.0: the config is the params themselves (older forms nest it);
+    // v0.3: params.pushNotificationConfig.
+    const rapidjson::Value *src = &p;
+    std::string field = "params";
+    for (const char *nested : {"pushNotificationConfig", "config"}) {
+      if (const rapidjson::Value *n = find(p, nested); n != nullptr && n->IsObject()) {
+        src = n;
+        field = std::string("params.") + nested;
+        break;
+      }
+    }
+    if (!v1 && src == &p) bad_param("params.pushNotificationConfig", "is required");
+    PushConfig cfg = read_push_config(*src, call.dialect, field, push_->policy());
+    if (const rapidjson::Value *cfg_id = find(p, "configId"); cfg_id != nullptr && cfg_id->IsString() &&
+                                                              cfg_id->GetStringLength() != 0 && src != &p)
+      cfg.id.assign(cfg_id->GetString(), cfg_id->GetStringLength());
+    const std::size_t max = push_->options().max_configs_per_task;
+    lifecycle_.edit(task_id, call.principal, call.tenant, [&](Task &t) {
+      // A webhook set now gets the Task's events from now on.
+      put_push_config(t, cfg, event_seq(t), max);
+      return true;
+    });
+    write_push_config(w, cfg, task_id, call.tenant, call.dialect);
+    return;
+  }
+  if (m == A2AMethod::push_delete) {
+    if (!cid || cid->empty()) bad_param(v1 ? "params.id" : "params.pushNotificationConfigId", "is required");
+    const std::string config_id(*cid);
+    // Idempotent (v1.0 section 3.1.10): deleting a config that is not
+    // there succeeds too, as long as the Task is.
+    lifecycle_.edit(task_id, call.principal, call.tenant, [&](Task &t) { return remove_push_config(t, config_id); });
+    w.Null();
+    return;
+  }
+  std::optional<TaskRecord> rec = lifecycle_.store()->get(task_id);
+  if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
+    throw LifecycleError(LifecycleErrc::not_found, not_found);
+  const Task task = rec->task();
+  const std::vector<PushConfig> configs = push_configs(task);
+  if (m == A2AMethod::push_get) {
+    // v0.3 allows leaving out the config id: the Task's first config.
+    for (const PushConfig &c : configs) {
+      if (cid ? c.id == *cid : true) {
+        write_push_config(w, c, task_id, call.tenant, call.dialect);
+        return;
+      }
+    }
+    throw RpcError(rpc_code::kTaskNotFound,
+                   "Task '" + task_id + "' has no push notification config" +
+                       (cid ? " '" + std::string(*cid) + "'" : std::string()),
+                   v1 ? "params.id" : "params.pushNotificationConfigId");
+  }
+  // list: every config (a Task has few: no pages).
+  opt_int(p, "pageSize", "params.pageSize", 0, 1000);
+  if (v1) {
+    w.StartObject();
+    w.Key("configs");
+  }
+  w.StartArray();
+  for (const PushConfig &c : configs) write_push_config(w, c, task_id, call.tenant, call.dialect);
+  w.EndArray();
+  if (v1) {
+    w.Key("nextPageToken");
+    w.String("");
+    w.EndObject();
+  }
 }
 
 void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {

@@ -11,6 +11,7 @@
 #include "dialect.hpp"
 #include "jsonrpc.hpp"
 #include "log.hpp"
+#include "push.hpp"
 #include "task_events.hpp"
 #include "task_lifecycle.hpp"
 
@@ -28,7 +29,10 @@ enum class A2AMethod {
   list_tasks,         ///< ListTasks / tasks/list / GET /tasks
   send_streaming_message,  ///< SendStreamingMessage / message/stream / POST /message:stream
   subscribe_to_task,  ///< SubscribeToTask / tasks/resubscribe / GET|POST /tasks/{id}:subscribe
-  push_notification,  ///< the push-notification config methods (-32003)
+  push_create,        ///< CreateTaskPushNotificationConfig / tasks/pushNotificationConfig/set / POST .../pushNotificationConfigs
+  push_get,           ///< GetTaskPushNotificationConfig / .../get / GET .../pushNotificationConfigs/{cid}
+  push_list,          ///< ListTaskPushNotificationConfigs / .../list / GET .../pushNotificationConfigs
+  push_delete,        ///< DeleteTaskPushNotificationConfig / .../delete / DELETE .../pushNotificationConfigs/{cid}
   extended_card,      ///< GetExtendedAgentCard (-32007)
 };
 
@@ -79,7 +83,10 @@ struct Failure {
 /// lifecycle and store it uses are shared.
 class A2AMethods {
  public:
-  A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms);
+  /// `push` (borrowed, may be null: push notifications off) validates and
+  /// delivers webhook configs.
+  A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
+             PushDeliverer *push = nullptr);
 
   /// JSON-RPC: handles one request body and writes the complete response
   /// into `out`. `a2a_version` is the request's A2A-Version (header or query
@@ -118,6 +125,9 @@ class A2AMethods {
   void get_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
   void cancel_task(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
   void list_tasks(const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  void push_config(A2AMethod m, const rapidjson::Value &params, const CallContext &call, JsonWriter &w);
+  /// The push config of a SendMessage's configuration, or nullopt.
+  std::optional<PushConfig> message_push_config(const rapidjson::Value &configuration, const CallContext &call);
   /// Validates SendMessage params and creates or resumes the Task (with a
   /// watch hold when `hold` is set). Returns the Task and the view.
   Task start_message(const rapidjson::Value &params, const CallContext &call, bool streaming, TaskView &view,
@@ -132,6 +142,7 @@ class A2AMethods {
   const Logger &log_;
   int max_json_depth_;
   int blocking_timeout_ms_;
+  PushDeliverer *push_;
 };
 
 }  // namespace toolnexus::server_detail

@@ -129,7 +129,7 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
   w.Key("streaming");
   w.Bool(true);
   w.Key("pushNotifications");
-  w.Bool(false);
+  w.Bool(config.push_notifications);
   w.Key("extendedAgentCard");  // v1.0
   w.Bool(false);
   w.Key("stateTransitionHistory");  // v0.3

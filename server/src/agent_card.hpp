@@ -18,6 +18,8 @@ struct CardConfig {
   std::vector<AgentSkill> skills;
   /// Declares the "bearer" HTTP security scheme and requires it.
   bool bearer_auth = false;
+  /// capabilities.pushNotifications.
+  bool push_notifications = false;
 };
 
 /// The card as JSON, readable by v1.0 and v0.3 clients alike: name,
@@ -26,7 +28,7 @@ struct CardConfig {
 /// the v0.3 fields protocolVersion "0.3.0", url, preferredTransport
 /// "JSONRPC", additionalInterfaces; provider (only when configured),
 /// version, documentationUrl (when set), capabilities {streaming: true,
-/// pushNotifications: false, extendedAgentCard: false,
+/// pushNotifications (as configured), extendedAgentCard: false,
 /// stateTransitionHistory: false}, securitySchemes with both versions'
 /// shapes and security (v0.3) / securityRequirements (v1.0) when
 /// bearer_auth, defaultInputModes and defaultOutputModes ["text/plain"],

@@ -67,8 +67,10 @@ RestMatch match_from(std::string_view m, const std::vector<std::string_view> &se
   if (segs[from + 2] != "pushNotificationConfigs" || n > 4) return RestMatch::not_found;
   route.task_id = decoded(raw_id);
   const bool one = n == 4;
+  if (one) route.config_id = decoded(segs[from + 3]);
   if ((!one && (m == "GET" || m == "POST")) || (one && (m == "GET" || m == "DELETE"))) {
-    route.method = A2AMethod::push_notification;
+    route.method = !one ? (m == "POST" ? A2AMethod::push_create : A2AMethod::push_list)
+                        : (m == "GET" ? A2AMethod::push_get : A2AMethod::push_delete);
     return RestMatch::matched;
   }
   allow = one ? "GET, DELETE" : "GET, POST";
@@ -190,9 +192,16 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
       throw RpcError(rpc_code::kInvalidParams, "invalid params: the body must be a SendMessageRequest "
                                                 "({\"message\": {...}})");
     }
-    if (!route.task_id.empty() || route.method == A2AMethod::get_task || route.method == A2AMethod::cancel_task ||
-        route.method == A2AMethod::subscribe_to_task)
+    const bool push = route.method == A2AMethod::push_create || route.method == A2AMethod::push_get ||
+                      route.method == A2AMethod::push_list || route.method == A2AMethod::push_delete;
+    if (push) {
+      // The v1.0 params of the push methods: taskId and (config) id.
+      add_string(params, "taskId", route.task_id);
+      if (!route.config_id.empty()) add_string(params, "id", route.config_id);
+    } else if (!route.task_id.empty() || route.method == A2AMethod::get_task ||
+               route.method == A2AMethod::cancel_task || route.method == A2AMethod::subscribe_to_task) {
       add_string(params, "id", route.task_id);
+    }
     // Query parameters: strings; the methods read integers and booleans
     // from strings too. A2A-Version was read by the caller.
     for (const auto &[name, value] : query) {
@@ -222,6 +231,8 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
   if (std::optional<Failure> f = methods.call(route.method, params, call, out)) return write_rest_error(*f, body);
   const std::string_view bytes = out.bytes();
   body.assign(bytes.data(), bytes.size());
+  // google.protobuf.Empty is {} on HTTP+JSON.
+  if (route.method == A2AMethod::push_delete) body = "{}";
   return 200;
 }
 

@@ -9,7 +9,8 @@
 //                                               ListTasks
 //   GET|POST /tasks/{id}:subscribe              SubscribeToTask (SSE; both verbs: the spec says
 //                                               POST, the proto GET; clients send either)
-//   /tasks/{id}/pushNotificationConfigs[/{cid}] push configs (-> PushNotificationNotSupported)
+//   POST|GET /tasks/{id}/pushNotificationConfigs, GET|DELETE .../{cid}
+//                                               push notification configs
 //   GET    /extendedAgentCard                   (-> ExtendedAgentCardNotConfigured)
 // Answers: 200 with the result as JSON (v1.0 shapes), or an HTTP error
 // status with {"error": {"code": <HTTP status>, "status": <google.rpc code
@@ -33,6 +34,8 @@ struct RestRoute {
   std::string tenant;
   /// The {id} path segment, decoded ("" when the route has none).
   std::string task_id;
+  /// The push config id segment of .../pushNotificationConfigs/{cid}.
+  std::string config_id;
 };
 
 /// Result of matching a request line against the routes.

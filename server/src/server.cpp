@@ -7,6 +7,7 @@
 #include "auth.hpp"
 #include "http.hpp"
 #include "log.hpp"
+#include "push.hpp"
 #include "task_lifecycle.hpp"
 #include "task_watch.hpp"
 #include "util.hpp"
@@ -40,6 +41,7 @@ struct ServerHandle::Impl {
   CardConfig card;
   std::unique_ptr<TaskWatch> watch;
   std::unique_ptr<TaskLifecycle> lifecycle;
+  std::unique_ptr<PushDeliverer> push;
   std::unique_ptr<A2AMethods> methods;
   std::unique_ptr<HttpFrontend> http;
   std::string url;
@@ -54,6 +56,7 @@ struct ServerHandle::Impl {
       if (lifecycle) lifecycle->begin_stop();
       if (http) http->stop(drain_timeout_ms);
       if (lifecycle) lifecycle->stop();
+      if (push) push->stop();
       if (watch) watch->stop();
       if (owns_store && store) {
         try {
@@ -182,8 +185,18 @@ ServerHandle serve(ServerOptions o) {
   impl->watch = std::make_unique<TaskWatch>(impl->store, wo, *impl->log);
   impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log, *impl->watch);
   impl->instance_id = impl->lifecycle->instance_id();
-  impl->methods =
-      std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth, l.blocking_timeout_ms);
+  if (o.push.enabled) {
+    const PushOptions &p = o.push;
+    if (p.timeout_ms <= 0 || p.max_attempts <= 0 || p.backoff_initial_ms <= 0 || p.backoff_max_ms <= 0 ||
+        p.give_up_after_ms <= 0 || p.sweep_interval_ms <= 0 || p.max_configs_per_task == 0)
+      throw std::invalid_argument("push timeouts, attempts, backoffs, intervals and max_configs_per_task must be positive");
+    impl->push = std::make_unique<PushDeliverer>(*impl->lifecycle, o.push, *impl->log);
+    PushDeliverer *pusher = impl->push.get();
+    impl->watch->set_listener([pusher](const Snapshot &s) { pusher->notify(s); });
+  }
+  impl->card.push_notifications = o.push.enabled;
+  impl->methods = std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth,
+                                               l.blocking_timeout_ms, impl->push.get());
 
   HttpServices services;
   services.methods = impl->methods.get();
@@ -202,6 +215,7 @@ ServerHandle serve(ServerOptions o) {
 
   impl->watch->start();
   impl->lifecycle->start();
+  if (impl->push) impl->push->start();
   impl->http->start();
   const StoreInfo info = impl->store->info();
   impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +

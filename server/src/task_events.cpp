@@ -8,6 +8,9 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <utility>
+#include <vector>
+
 namespace toolnexus::server_detail {
 
 namespace ts = toolnexus::task_state;
@@ -87,14 +90,6 @@ void begin_payload(JsonWriter &w, const FrameStyle &style) {
 
 void end_payload(JsonWriter &w, const FrameStyle &style) {
   if (style.binding == Binding::jsonrpc) w.EndObject();
-}
-
-void emit(std::string &out, uint64_t seq, const rapidjson::StringBuffer &json) {
-  out += "id: ";
-  out += std::to_string(seq);
-  out += "\ndata: ";
-  out.append(json.GetString(), json.GetSize());
-  out += "\n\n";
 }
 
 // One status event as its payload.
@@ -222,8 +217,7 @@ uint64_t add_artifact_event(Task &task, uint32_t index, uint32_t from, uint32_t 
   return append_entry(task, std::move(entry));
 }
 
-void append_snapshot_frame(std::string &out, const Task &task, const FrameStyle &style, uint64_t seq,
-                           int64_t history_length) {
+std::string snapshot_payload(const Task &task, const FrameStyle &style, int64_t history_length) {
   rapidjson::StringBuffer buf;
   JsonWriter w(buf);
   begin_payload(w, style);
@@ -238,11 +232,20 @@ void append_snapshot_frame(std::string &out, const Task &task, const FrameStyle 
     write_task(w, task.json(), style.dialect, view);
   }
   end_payload(w, style);
-  emit(out, seq, buf);
+  return std::string(buf.GetString(), buf.GetSize());
 }
 
-bool append_event_frames(std::string &out, const Task &task, uint64_t after, const FrameStyle &style,
-                         std::string *last_state) {
+void append_snapshot_frame(std::string &out, const Task &task, const FrameStyle &style, uint64_t seq,
+                           int64_t history_length) {
+  out += "id: ";
+  out += std::to_string(seq);
+  out += "\ndata: ";
+  out += snapshot_payload(task, style, history_length);
+  out += "\n\n";
+}
+
+bool for_each_event(const Task &task, uint64_t after, const FrameStyle &style,
+                    const std::function<void(uint64_t, std::string_view, std::string_view)> &fn) {
   const rapidjson::Value *ev = timeline(task);
   const uint64_t newest = event_seq(task);
   if (after >= newest) return true;
@@ -250,23 +253,39 @@ bool append_event_frames(std::string &out, const Task &task, uint64_t after, con
   if (log == nullptr || !log->IsArray() || log->Empty()) return false;
   // Every event after `after` must still be in the log.
   if (seq_of((*log)[0]) > after + 1) return false;
-  std::string frames;
-  std::string state;
+  std::vector<std::pair<uint64_t, std::pair<std::string, std::string>>> out;
   for (const auto &entry : log->GetArray()) {
     const uint64_t seq = seq_of(entry);
     if (seq <= after) continue;
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     begin_payload(w, style);
-    if (find(entry, "status") != nullptr) {
+    std::string state;
+    if (const rapidjson::Value *st = find(entry, "status")) {
       write_status_event(w, task, entry, style.dialect);
-      state = std::string(str(find(*find(entry, "status"), "state")));
+      state = std::string(str(find(*st, "state")));
     } else if (!write_artifact_event(w, task, entry, style.dialect)) {
       return false;  // the Task was changed behind the timeline's back
     }
     end_payload(w, style);
-    emit(frames, seq, buf);
+    out.push_back({seq, {std::string(buf.GetString(), buf.GetSize()), std::move(state)}});
   }
+  for (const auto &[seq, p] : out) fn(seq, p.first, p.second);
+  return true;
+}
+
+bool append_event_frames(std::string &out, const Task &task, uint64_t after, const FrameStyle &style,
+                         std::string *last_state) {
+  std::string frames, state;
+  const bool ok = for_each_event(task, after, style, [&](uint64_t seq, std::string_view json, std::string_view st) {
+    frames += "id: ";
+    frames += std::to_string(seq);
+    frames += "\ndata: ";
+    frames += json;
+    frames += "\n\n";
+    if (!st.empty()) state = std::string(st);
+  });
+  if (!ok) return false;
   out += frames;
   if (last_state != nullptr && !state.empty()) *last_state = state;
   return true;

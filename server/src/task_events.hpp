@@ -31,6 +31,7 @@
 #include "toolnexus/task.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -76,6 +77,17 @@ void append_snapshot_frame(std::string &out, const Task &task, const FrameStyle 
 /// (unchanged when none).
 bool append_event_frames(std::string &out, const Task &task, uint64_t after, const FrameStyle &style,
                          std::string *last_state);
+
+/// Calls `fn(seq, json, state)` for each timeline event with sequence >
+/// `after`, in order: `json` is the event's payload as `style` frames it
+/// (JSON-RPC envelope included), `state` the state of a status event ("" for
+/// an artifact event). Returns false, calling nothing, when the timeline no
+/// longer holds all of them.
+bool for_each_event(const Task &task, uint64_t after, const FrameStyle &style,
+                    const std::function<void(uint64_t, std::string_view, std::string_view)> &fn);
+
+/// The payload of the whole Task as `style` frames it (no SSE framing).
+std::string snapshot_payload(const Task &task, const FrameStyle &style, int64_t history_length = -1);
 
 /// Appends an "event: error" frame: JSON-RPC: a complete error response
 /// (v0.3: error.data {"field"}; v1.0: [ErrorInfo]); HTTP+JSON: the

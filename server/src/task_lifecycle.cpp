@@ -140,15 +140,6 @@ void apply_result(Task &task, const ExecutionResult &res) {
   }
 }
 
-// Merges the members of `md` (an object) into the Task's metadata.
-void merge_metadata(Task &task, const rapidjson::Value *md) {
-  if (md == nullptr || !md->IsObject()) return;
-  for (auto it = md->MemberBegin(); it != md->MemberEnd(); ++it) {
-    rapidjson::Value v(it->value, task.allocator());
-    set_task_metadata(task, std::string_view(it->name.GetString(), it->name.GetStringLength()), std::move(v));
-  }
-}
-
 }  // namespace
 
 TaskLifecycle::TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<AgentExecutor> executor,
@@ -301,7 +292,7 @@ void TaskLifecycle::signal_cancel(const std::string &id) {
 // ---------------------------------------------------------------------------
 
 Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant,
-                           std::unique_ptr<TaskWatch::Hold> *hold, const rapidjson::Value *private_metadata) {
+                           std::unique_ptr<TaskWatch::Hold> *hold, const std::function<void(Task &)> &prepare) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   Task t;
@@ -318,7 +309,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   t.json().AddMember("kind", "task", a);
   const int64_t now = now_us();
   set_lease(t, now + int64_t{options_.lease_ms} * 1000);
-  merge_metadata(t, private_metadata);
+  if (prepare) prepare(t);
   add_status_event(t);
 
   SaveOptions so;
@@ -336,7 +327,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
 
 Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
                            const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold,
-                           const rapidjson::Value *private_metadata) {
+                           const std::function<void(Task &)> &prepare) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
@@ -360,7 +351,7 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
     auto &a = s.task.allocator();
     const std::string ctx(s.task.context_id());
     append_history(s.task, bound_message(message, id, ctx, a));
-    merge_metadata(s.task, private_metadata);
+    if (prepare) prepare(s.task);
     set_status_event(s.task, ts::kWorking);
     lease_time = now_us();
     set_lease(s.task, lease_time + int64_t{options_.lease_ms} * 1000);

@@ -133,22 +133,22 @@ class TaskLifecycle {
   /// queue_wait_ms) while max_queued_tasks Tasks are queued. Returns the
   /// saved Task. When `hold` is not null it receives a TaskWatch hold of the
   /// new Task taken before it is queued (so the caller misses none of its
-  /// changes). `private_metadata` (may be null; an object) is merged into
-  /// the Task's metadata before the first save (e.g. push configs).
+  /// changes). `prepare` (may be empty) edits the new Task before its
+  /// first save (e.g. adds push notification configs).
   /// Throws LifecycleError(overloaded|stopping), StoreError, InvalidTask.
   Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
-              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const rapidjson::Value *private_metadata = nullptr);
+              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {});
 
   /// SendMessage with the taskId of an interrupted Task: appends the message
   /// to history, moves the Task to working with a lease of this instance,
   /// queues it; the executor continues from the stored Task alone. Throws
   /// LifecycleError(not_found: missing, or another owner's or tenant's; terminal;
   /// not_interrupted; context_mismatch; overloaded; stopping), StoreError.
-  /// `hold` as for create(); `private_metadata` is merged in with the
-  /// message.
+  /// `hold` as for create(); `prepare` edits the Task in the same save as
+  /// the message.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
               const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
-              const rapidjson::Value *private_metadata = nullptr);
+              const std::function<void(Task &)> &prepare = {});
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next

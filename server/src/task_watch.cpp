@@ -93,6 +93,7 @@ void TaskWatch::release(Shard &s, const std::string &id, const std::shared_ptr<E
 }
 
 void TaskWatch::publish(const Snapshot &snap) {
+  if (listener_) listener_(snap);
   const std::string id(snap.task.id());
   Shard &s = shard(id);
   std::lock_guard<std::mutex> lock(s.mu);

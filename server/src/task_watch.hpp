@@ -98,6 +98,11 @@ class TaskWatch {
   /// when someone watches the Task. Never blocks on I/O.
   void publish(const Snapshot &snap);
 
+  /// `fn` is called (on the saving thread, before waiters are woken) with
+  /// every Task published, watched or not; it must be cheap and must not
+  /// block. Set before start(); not changed after.
+  void set_listener(std::function<void(const Snapshot &)> fn) { listener_ = std::move(fn); }
+
   /// Keeps a Task watched while alive: every publish of it from the moment
   /// hold() returns is captured, so a caller that holds a Task before it can
   /// change (a new Task before it is queued, an existing one before it is
@@ -173,6 +178,7 @@ class TaskWatch {
   void deliver(const std::string &id);
 
   std::shared_ptr<TaskStore> store_;
+  std::function<void(const Snapshot &)> listener_;
   WatchOptions options_;
   const Logger &log_;
   std::array<Shard, 32> shards_;

@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace toolnexus {
 
@@ -179,6 +180,40 @@ struct StreamOptions {
   int poll_ms = 200;
 };
 
+/// Push notifications (A2A v1.0 sections 3.1.7-3.1.10, 4.3, 13.2; v0.3
+/// tasks/pushNotificationConfig/*): configs are stored with their Task;
+/// every event of the Task is POSTed to each config's webhook, at least
+/// once, retried with exponential backoff, by whichever server moves the
+/// Task (a sweep catches up after a restart). See server/src/push.hpp.
+struct PushOptions {
+  /// false: the card says pushNotifications: false and the config methods
+  /// answer -32003 PushNotificationNotSupported.
+  bool enabled = true;
+  /// Webhook addresses in loopback, private, link-local and other special
+  /// ranges are refused (SSRF; A2A v1.0 section 13.2) unless one of these
+  /// CIDR ranges holds them ("127.0.0.0/8", "10.1.0.0/16", "::1/128"); "*"
+  /// allows every address.
+  std::vector<std::string> allow_targets;
+  /// Per POST: connect, send and receive timeout.
+  int timeout_ms = 10000;
+  /// Failed POSTs of one event before the config gives up (until the Task's
+  /// next event).
+  int max_attempts = 10;
+  /// Backoff after the first failure; doubles each time, at most
+  /// backoff_max_ms (plus or minus 10% jitter).
+  int backoff_initial_ms = 1000;
+  int backoff_max_ms = 300000;
+  /// A config failing this long gives up too.
+  int give_up_after_ms = 24 * 3600 * 1000;
+  /// How often the store is swept for deliveries left unfinished (by a
+  /// restart, or another server); also once at start.
+  int sweep_interval_ms = 60000;
+  /// Delivery threads.
+  unsigned workers = 2;
+  /// Configs one Task may have.
+  std::size_t max_configs_per_task = 10;
+};
+
 /// Receives every log line the server writes (level, text without newline).
 /// Called from any thread; must be thread-safe.
 using LogSink = std::function<void(LogLevel, std::string_view)>;
@@ -203,6 +238,8 @@ struct ServerOptions {
   unsigned workers = 0;
   /// Streams.
   StreamOptions streams;
+  /// Push notifications.
+  PushOptions push;
   /// An executor's progress reports (TaskProgress) are saved at most this
   /// often; a run still going after this long has "working" saved.
   int progress_interval_ms = 100;
