@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/install/install_test.sh: installs toolnexus, builds the installed
 # examples out of tree against that install only (the third-party plugin
-# examples/plugin-kv), and holds them to everything a plugin author or an
-# embedder is promised:
+# examples/plugin-kv and the embedding program examples/embed-agent), and
+# holds them to everything a plugin author or an embedder is promised:
 #
 #   1. `cmake --install BUILD --prefix $TMP/prefix` gives the documented tree
 #      (libraries, headers, CMake package, pkg-config files, plugin.map, the
@@ -18,7 +18,12 @@
 #      conformance cannot: reopen, torn tails, corruption, locks, compaction
 #   5. the installed tree is relocatable: moved to $TMP/prefix2, it still runs,
 #      finds its default plugin directory and still works as a CMake package
-#   6. if bin/toolnexus is installed: the seed's example 2 over HTTP with the
+#   6. the installed examples/embed-agent builds with find_package(toolnexus
+#      COMPONENTS server) and with pkg-config toolnexus-server; it serves its
+#      own AgentExecutor on a file: store, and a Task it parked in
+#      input-required is on disk after it stops, survives the restart, and
+#      then completes
+#   7. if bin/toolnexus is installed: the seed's example 2 over HTTP with the
 #      kv store: a Task parked in input-required survives a server restart and
 #      then completes; `toolnexus store check` reads the log, and reports a
 #      damaged one
@@ -100,7 +105,8 @@ for f in include/toolnexus/task_store.h include/toolnexus/plugin.hpp include/too
   share/doc/toolnexus/plugin-guide.md bin/toolnexus-conformance; do
   [ -e "$prefix/$f" ] || fail "the install has no $f"
 done
-for f in plugin-kv/CMakeLists.txt plugin-kv/kv_plugin.c plugin-kv/kv_plugin.map; do
+for f in plugin-kv/CMakeLists.txt plugin-kv/kv_plugin.c plugin-kv/kv_plugin.map embed-agent/CMakeLists.txt \
+  embed-agent/main.cpp embed-agent/embed-agent.json; do
   [ -f "$examples/$f" ] || fail "the install has no example file share/doc/toolnexus/examples/$f"
 done
 ok "installed: $(cd "$prefix" && find . -type f | sort | tr '\n' ' ')"
@@ -217,7 +223,7 @@ plugin_dir="$(sed -n 's/^TNX_KV_PLUGIN_DIR:PATH=//p' "$TMP/kv-build2/CMakeCache.
 ok "find_package from the moved prefix; TOOLNEXUS_PLUGIN_INSTALL_DIR=$plugin_dir"
 
 # --------------------------------------------------------------------------
-# Helpers of step 6: A2A over HTTP with python3 only.
+# Helpers of steps 6 and 7: A2A over HTTP with python3 only.
 # A JSON-RPC call: rpc.py URL METHOD PARAMS_JSON [FIELD.PATH...] prints each
 # field of the response (e.g. result.status.state; a number indexes a list:
 # result.artifacts.0.name) on a line.
@@ -297,12 +303,104 @@ wait_state() { # ID WANT
   ok "GetTask $1: $state"
 }
 
+# A stored Task file's field, read straight from disk (no server running).
+stored_field() { # FILE FIELD.PATH (list items by index)
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v[int(k)] if isinstance(v, list) else v[k]
+print(v if isinstance(v, str) else json.dumps(v, sort_keys=True))
+EOF
+}
+
 # --------------------------------------------------------------------------
-step "6. toolnexus serve with the kv store: seed example 2 across a restart"
+step "6. examples/embed-agent: its own AgentExecutor on the installed server library"
+run_logged "$TMP/embed-configure.log" cmake -S "$examples/embed-agent" -B "$TMP/embed-build" "${gen[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" "${no_registry[@]}" -DTNX_EMBED_WERROR=ON
+found_dir="$(sed -n 's/^toolnexus_DIR:PATH=//p' "$TMP/embed-build/CMakeCache.txt")"
+[ "$found_dir" = "$prefix/lib/cmake/toolnexus" ] ||
+  fail "find_package(toolnexus COMPONENTS server) found '$found_dir', not $prefix/lib/cmake/toolnexus"
+run_logged "$TMP/embed-build.log" cmake --build "$TMP/embed-build"
+agent="$TMP/embed-build/embed-agent"
+[ -x "$agent" ] || fail "the example built no embed-agent"
+ok "built $agent with find_package(toolnexus COMPONENTS server) -> $found_dir"
+grep -q "$prefix/lib" <<<"$(ldd "$agent" | grep libtoolnexus_server)" ||
+  fail "embed-agent does not load libtoolnexus_server from the install: $(ldd "$agent")"
+# The same source with pkg-config alone: toolnexus-server requires toolnexus,
+# which requires RapidJSON (the system's RapidJSON.pc).
+pc_flags="$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs toolnexus-server)" ||
+  fail "pkg-config --cflags --libs toolnexus-server failed"
+# shellcheck disable=SC2086
+run_logged "$TMP/embed-pc-build.log" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror \
+  "$examples/embed-agent/main.cpp" -o "$TMP/embed-agent-pc" $pc_flags -Wl,-rpath,"$prefix/lib"
+rc=0
+"$TMP/embed-agent-pc" "$TMP/no-such-config.json" >"$TMP/embed-pc.out" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "cannot read the config file" "$TMP/embed-pc.out" ||
+  fail "the pkg-config build of embed-agent: exit $rc: $(cat "$TMP/embed-pc.out")"
+ok "built and ran with pkg-config toolnexus-server: $pc_flags"
+
+cat >"$TMP/embed.json" <<EOF
+{"listen": "127.0.0.1:0", "store": "file:$TMP/orders", "name": "order-desk-test",
+ "currency": "EUR", "catalog": {"widget": 250, "gadget": 1999}}
+EOF
+start_server e1 "$agent" "$TMP/embed.json"
+card="$(python3 - "${url}.well-known/agent-card.json" <<'EOF'
+import json, sys, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+card = json.load(opener.open(sys.argv[1], timeout=30))
+print(card["name"], card["skills"][0]["id"])
+EOF
+)" || fail "no agent card"
+[ "$card" = "order-desk-test order" ] || fail "agent card name and skill: '$card', want 'order-desk-test order'"
+ok "agent card: $card"
+out="$(rpc "$url" SendMessage \
+  '{"message":{"role":"user","messageId":"o1","parts":[{"kind":"text","text":"order 3 widgets"}]}}' \
+  result.id result.contextId)" || fail "SendMessage o1 failed"
+order_id="$(sed -n 1p <<<"$out")"
+order_ctx="$(sed -n 2p <<<"$out")"
+wait_state "$order_id" input-required
+stop_server e1
+file="$TMP/orders/$order_id.json"
+[ -f "$file" ] || fail "no $file after the embed-agent stopped"
+[ "$(stored_field "$file" status.state)" = input-required ] ||
+  fail "on disk the order is '$(stored_field "$file" status.state)', want input-required"
+quote="$(stored_field "$file" status.message.parts.0.text)"
+[ "$quote" = 'Quote: 3 x widget = 7.50 EUR. Reply "confirm" to place the order or "cancel".' ] ||
+  fail "the stored prompt is '$quote'"
+ok "stopped; on disk: input-required, '$quote'"
+
+# The price changes before the confirmation: the saved quote holds.
+sed -i 's/"widget": 250/"widget": 999/' "$TMP/embed.json"
+start_server e2 "$agent" "$TMP/embed.json"
+state="$(rpc "$url" GetTask "{\"id\":\"$order_id\"}" result.status.state)" || fail "GetTask after restart failed"
+[ "$state" = input-required ] || fail "after the restart the order is '$state', want input-required"
+rpc "$url" SendMessage "{\"message\":{\"taskId\":\"$order_id\",\"contextId\":\"$order_ctx\",\"role\":\"user\",\
+\"messageId\":\"o2\",\"parts\":[{\"kind\":\"text\",\"text\":\"confirm\"}]}}" result.id >/dev/null ||
+  fail "SendMessage o2 (confirm) failed"
+wait_state "$order_id" completed
+placed="$(rpc "$url" GetTask "{\"id\":\"$order_id\"}" result.artifacts.0.parts.0.text 2>&1)" ||
+  fail "GetTask of the placed order failed: $placed"
+[ "$placed" = "Order placed: 3 x widget = 7.50 EUR" ] || fail "GetTask: the order artifact's text is '$placed'"
+stop_server e2
+[ "$(stored_field "$file" status.state)" = completed ] || fail "on disk the order is not completed"
+[ "$(stored_field "$file" artifacts.0.parts.0.text)" = "Order placed: 3 x widget = 7.50 EUR" ] ||
+  fail "order artifact text: $(stored_field "$file" artifacts.0.parts.0.text)"
+python3 - "$(stored_field "$file" artifacts.0.parts.1.data)" "$order_id" <<'EOF' || fail "the order artifact's data part"
+import json, sys
+d = json.loads(sys.argv[1])
+want = {"item": "widget", "quantity": 3, "unitCents": 250, "totalCents": 750, "currency": "EUR",
+        "orderId": sys.argv[2]}
+sys.exit(0 if d == want else f"got {d}, want {want}")
+EOF
+ok "restarted, confirmed: completed at the quoted price: $(stored_field "$file" artifacts.0.parts.1.data)"
+
+# --------------------------------------------------------------------------
+step "7. toolnexus serve with the kv store: seed example 2 across a restart"
 tnx="$prefix/bin/toolnexus"
 if [ ! -x "$tnx" ]; then
   echo "   SKIPPED: $tnx is not installed (bin/toolnexus not built yet)"
-  printf '\ninstall_test: PASS (steps 1-5; step 6 skipped: no bin/toolnexus)\n'
+  printf '\ninstall_test: PASS (steps 1-6; step 7 skipped: no bin/toolnexus)\n'
   exit 0
 fi
 kv_serve=("$tnx" serve --listen 127.0.0.1:0 --plugin-dir "$TMP/plugins" --store "kv:$TMP/kvdata" --agent approval)
@@ -331,7 +429,7 @@ wait_state "$task_id" completed
 stop_server 2
 
 if "$tnx" store --help >/dev/null 2>&1; then
-  step "6b. toolnexus store check on the kv log, sound and damaged"
+  step "7b. toolnexus store check on the kv log, sound and damaged"
   logs+=("$TMP/check.out")
   "$tnx" store check --plugin-dir "$TMP/plugins" "kv:$TMP/kvdata" >"$TMP/check.out" 2>&1 ||
     fail "store check of the sound log failed: $(cat "$TMP/check.out")"
