@@ -97,7 +97,7 @@ prefix="$TMP/prefix"
 run_logged "$TMP/install.log" cmake --install "$build" --prefix "$prefix"
 examples="$prefix/share/doc/toolnexus/examples"
 for f in include/toolnexus/task_store.h include/toolnexus/plugin.hpp include/toolnexus/server.hpp \
-  include/toolnexus/agent_executor.hpp lib/libtoolnexus.so lib/libtoolnexus_server.so \
+  include/toolnexus/agent_executor.hpp include/toolnexus/llm_executor.hpp lib/libtoolnexus.so lib/libtoolnexus_server.so \
   lib/cmake/toolnexus/toolnexusConfig.cmake lib/cmake/toolnexus/toolnexusConfigVersion.cmake \
   lib/cmake/toolnexus/toolnexusSdkTargets.cmake lib/cmake/toolnexus/toolnexusCoreTargets.cmake \
   lib/cmake/toolnexus/toolnexusServerTargets.cmake lib/pkgconfig/toolnexus-sdk.pc \
