@@ -316,8 +316,20 @@ EOF
 
 # --------------------------------------------------------------------------
 step "6. examples/embed-agent: its own AgentExecutor on the installed server library"
+# A sanitizer build of toolnexus (CI's second run) installs libraries that
+# need the sanitizer runtime first in the program: build the example with
+# the same -fsanitize then.
+san=()
+san_libs="$(ldd "$prefix/lib/libtoolnexus_server.so" | { grep -Eo 'lib(asan|ubsan)' || true; } | sort -u | tr '\n' ' ')"
+case "$san_libs" in
+  *asan*ubsan* | *ubsan*asan*) san=(-fsanitize=address,undefined) ;;
+  *asan*) san=(-fsanitize=address) ;;
+  *ubsan*) san=(-fsanitize=undefined) ;;
+esac
+[ ${#san[@]} -eq 0 ] || echo "   (the install is built with ${san[*]}: so is the example)"
 run_logged "$TMP/embed-configure.log" cmake -S "$examples/embed-agent" -B "$TMP/embed-build" "${gen[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" "${no_registry[@]}" -DTNX_EMBED_WERROR=ON
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" "${no_registry[@]}" -DTNX_EMBED_WERROR=ON \
+  -DCMAKE_CXX_FLAGS="${san[*]}" -DCMAKE_EXE_LINKER_FLAGS="${san[*]}"
 found_dir="$(sed -n 's/^toolnexus_DIR:PATH=//p' "$TMP/embed-build/CMakeCache.txt")"
 [ "$found_dir" = "$prefix/lib/cmake/toolnexus" ] ||
   fail "find_package(toolnexus COMPONENTS server) found '$found_dir', not $prefix/lib/cmake/toolnexus"
@@ -332,7 +344,7 @@ grep -q "$prefix/lib" <<<"$(ldd "$agent" | grep libtoolnexus_server)" ||
 pc_flags="$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs toolnexus-server)" ||
   fail "pkg-config --cflags --libs toolnexus-server failed"
 # shellcheck disable=SC2086
-run_logged "$TMP/embed-pc-build.log" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror \
+run_logged "$TMP/embed-pc-build.log" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror "${san[@]}" \
   "$examples/embed-agent/main.cpp" -o "$TMP/embed-agent-pc" $pc_flags -Wl,-rpath,"$prefix/lib"
 rc=0
 "$TMP/embed-agent-pc" "$TMP/no-such-config.json" >"$TMP/embed-pc.out" 2>&1 || rc=$?
