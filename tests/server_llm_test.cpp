@@ -690,6 +690,19 @@ TEST_CASE("malformed answers fail the Task saying what was wrong") {
                                              "/chat/completions answered HTTP 200 without choices[0].message: "
                                              R"({"choices":[]})");
   }
+  SUBCASE("an answer over 16 MiB (not retried)") {
+    FakeLlm fake([](std::size_t, const rapidjson::Document &) {
+      return FakeReply{200, std::string((16u << 20) + 10, ' ') + "{}"};
+    });
+    auto server = llm_server(options_for(fake));
+    Client c(server.url());
+    const std::string id = task_id(c.send("hi"));
+    auto done = c.wait_settled(id, 10000ms);
+    REQUIRE(state_of(done) == "failed");
+    CHECK(status_text(done["result"]) == "The model endpoint failed: POST " + fake.base_url() +
+                                             "/chat/completions: the answer is larger than 16777216 bytes");
+    CHECK(fake.count() == 1);
+  }
   SUBCASE("an empty answer") {
     FakeLlm fake([](std::size_t, const rapidjson::Document &) { return FakeReply{200, answer("")}; });
     auto server = llm_server(options_for(fake));

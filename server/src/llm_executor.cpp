@@ -133,9 +133,12 @@ struct Reply {
   int retry_after_s = -1;
   std::string transport_error;
   bool timed_out = false;
+  /// A failure that another attempt would repeat (an oversized answer).
+  bool final = false;
 };
 
 bool retryable(const Reply &r) {
+  if (r.final) return false;
   return r.status == 0 || r.status == 429 || (r.status >= 500 && r.status <= 599);
 }
 
@@ -547,6 +550,8 @@ class LlmExecutor final : public AgentExecutor {
       if (r.status == 200 || !retryable(r)) break;
     }
     const std::string tries = made > 1 ? " (after " + std::to_string(made) + " attempts)" : std::string();
+    if (r.status == 0 && r.final)
+      return ExecutionResult::failed(redact("The model endpoint failed: POST " + url_ + ": " + r.transport_error));
     if (r.status == 0) {
       return ExecutionResult::failed(redact("The model endpoint could not be reached: POST " + url_ + ": " +
                                             (r.timed_out ? "no answer within " + std::to_string(o_.timeout_ms) +
@@ -608,6 +613,7 @@ class LlmExecutor final : public AgentExecutor {
         r.body.append(buf, static_cast<std::size_t>(is.gcount()));
         if (r.body.size() > kMaxResponseBytes) {
           r.status = 0;
+          r.final = true;
           r.transport_error = "the answer is larger than " + std::to_string(kMaxResponseBytes) + " bytes";
           return r;
         }
