@@ -85,7 +85,7 @@ config file:
                       "parameters": {"type": "object", "properties": {}},
                       "approval": true, "result": "authorized"}]}}
   plugin_dirs, auth_tokens and llm.ca_file are relative to the config file's
-  directory. "llm" is used by --agent llm (see docs/configuration.md).
+  directory. "llm" is used by --agent llm (see docs/llm-agent.md).
 )";
 
 struct UsageError : std::runtime_error {
