@@ -2,6 +2,7 @@
 // SIGINT or SIGTERM.
 #include "subcommand.hpp"
 
+#include "toolnexus/llm_executor.hpp"
 #include "toolnexus/registry.hpp"
 #include "toolnexus/server.hpp"
 
@@ -41,7 +42,8 @@ options (flags override the config file):
   --store SELECTOR         memory (default), file:DIR, sqlite:PATH, or
                            <scheme>:<location> served by a plugin
   --plugin-dir DIR         also search DIR for storage plugins (repeatable)
-  --agent NAME             echo (default) or approval
+  --agent NAME             echo (default), approval, or llm (a model behind
+                           an OpenAI-compatible endpoint: the config's "llm")
   --name NAME              agent name on the card (default toolnexus)
   --description TEXT       agent description on the card
   --public-url URL         the card's url (default: as each client reached us)
@@ -90,8 +92,16 @@ config file:
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
              "settle_interval_ms": 10000},
    "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
-   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0}
-  plugin_dirs and auth_tokens are relative to the config file's directory.
+   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0,
+   "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
+           "api_key_env": "OPENAI_API_KEY", "system_prompt": "...",
+           "timeout_ms": 60000, "max_retries": 3, "retry_initial_ms": 500,
+           "retry_max_ms": 8000, "max_model_calls": 8, "ca_file": "...",
+           "tools": [{"name": "authorize", "description": "...",
+                      "parameters": {"type": "object", "properties": {}},
+                      "approval": true, "result": "authorized"}]}}
+  plugin_dirs, auth_tokens and llm.ca_file are relative to the config file's
+  directory. "llm" is used by --agent llm (see docs/llm-agent.md).
 )";
 
 struct UsageError : std::runtime_error {
@@ -161,7 +171,7 @@ void warn_unknown(const Config &c, const rapidjson::Value &obj, const std::strin
 }
 
 void apply_config(const std::string &file, ServerOptions &o, std::vector<std::string> &plugin_dirs,
-                  std::string &auth_file) {
+                  std::string &auth_file, std::optional<LlmOptions> &llm) {
   Config c;
   c.file = file;
   std::ifstream in(file, std::ios::binary);
@@ -179,7 +189,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
                {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease",
-                "streams", "progress_interval_ms", "echo_chunk_delay_ms"});
+                "streams", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -263,6 +273,14 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_int(c, *l, "blocking_timeout_ms", "limits.blocking_timeout_ms", 0, kMaxMs))
       o.limits.blocking_timeout_ms = to_int(*v);
   }
+  if (const rapidjson::Value *l = member(root, "llm")) {
+    try {
+      llm = parse_llm_options(*l, file + ": llm");
+    } catch (const std::invalid_argument &e) {
+      throw UsageError(e.what());
+    }
+    if (!llm->ca_file.empty()) llm->ca_file = (c.dir / llm->ca_file).lexically_normal().string();
+  }
   if (const rapidjson::Value *l = member(root, "lease")) {
     warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms", "cancel_poll_ms"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
@@ -282,6 +300,7 @@ int run_serve(int argc, char **argv) {
   ServerOptions o;
   std::vector<std::string> plugin_dirs;
   std::string auth_file;
+  std::optional<LlmOptions> llm;
   try {
     // The config file first, wherever --config appears; flags override it.
     for (int i = 1; i < argc; ++i) {
@@ -298,7 +317,7 @@ int run_serve(int argc, char **argv) {
         } else {
           file = a.substr(9);
         }
-        apply_config(file, o, plugin_dirs, auth_file);
+        apply_config(file, o, plugin_dirs, auth_file, llm);
       }
     }
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
@@ -345,6 +364,10 @@ int run_serve(int argc, char **argv) {
       else if (a == "--progress-interval-ms") o.progress_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--echo-chunk-delay-ms") o.echo_chunk_delay_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else throw UsageError("unknown option '" + a + "'");
+    }
+    if (o.agent == "llm") {
+      if (!llm) throw UsageError("--agent llm needs an \"llm\" section in the config file (--config FILE)");
+      o.executor = make_llm_executor(*llm);
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "toolnexus serve: %s\n(see toolnexus serve --help)\n", e.what());

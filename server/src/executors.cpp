@@ -196,6 +196,9 @@ std::vector<std::string> builtin_executor_names() { return {"approval", "echo"};
 std::shared_ptr<AgentExecutor> make_builtin_executor(std::string_view name) {
   if (name == "echo") return make_echo_executor();
   if (name == "approval") return make_approval_executor();
+  if (name == "llm")
+    throw std::invalid_argument("the llm agent needs its options: make_llm_executor() (toolnexus/llm_executor.hpp), "
+                                "or the \"llm\" section of toolnexus serve's config file");
   throw std::invalid_argument("unknown agent '" + std::string(name) + "' (built-in agents: approval, echo)");
 }
 
