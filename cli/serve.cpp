@@ -70,6 +70,10 @@ options (flags override the config file):
                            lasting longer save "working" (default 100)
   --echo-chunk-delay-ms MS pause between the chunks of the echo agent's reply
                            (default 0)
+  --allow-push-target CIDR let push notifications reach this range although
+                           it is loopback/private (repeatable; "*" = any)
+  --no-push                turn push notifications off (card: false; the
+                           config methods answer -32003)
   --log-level LEVEL        error, warn, info (default) or debug (one line per
                            request)
   --help                   this text
@@ -92,6 +96,10 @@ config file:
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
              "settle_interval_ms": 10000},
    "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
+   "push": {"enabled": true, "allow_targets": ["10.0.0.0/8"], "timeout_ms": 10000,
+            "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
+            "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
+            "max_configs_per_task": 10},
    "progress_interval_ms": 100, "echo_chunk_delay_ms": 0,
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
            "api_key_env": "OPENAI_API_KEY", "system_prompt": "...",
@@ -189,7 +197,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
                {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease",
-                "streams", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
+                "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -208,6 +216,37 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     o.progress_interval_ms = to_int(*v);
   if (auto v = config_int(c, root, "echo_chunk_delay_ms", "echo_chunk_delay_ms", 0, 3600000))
     o.echo_chunk_delay_ms = to_int(*v);
+  if (const rapidjson::Value *pu = member(root, "push")) {
+    if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
+    warn_unknown(c, *pu, "push.",
+                 {"enabled", "allow_targets", "timeout_ms", "max_attempts", "backoff_initial_ms", "backoff_max_ms",
+                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_configs_per_task"});
+    if (const rapidjson::Value *en = member(*pu, "enabled")) {
+      if (!en->IsBool()) throw UsageError(file + ": push.enabled must be true or false");
+      o.push.enabled = en->GetBool();
+    }
+    if (const rapidjson::Value *at = member(*pu, "allow_targets")) {
+      if (!at->IsArray()) throw UsageError(file + ": push.allow_targets must be an array of CIDR ranges");
+      for (const auto &t : at->GetArray()) {
+        if (!t.IsString()) throw UsageError(file + ": push.allow_targets must be an array of CIDR ranges");
+        o.push.allow_targets.emplace_back(t.GetString(), t.GetStringLength());
+      }
+    }
+    constexpr int64_t kMaxMs = 24LL * 3600 * 1000 * 30;
+    if (auto v = config_int(c, *pu, "timeout_ms", "push.timeout_ms", 1, kMaxMs)) o.push.timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "max_attempts", "push.max_attempts", 1, 1000000)) o.push.max_attempts = to_int(*v);
+    if (auto v = config_int(c, *pu, "backoff_initial_ms", "push.backoff_initial_ms", 1, kMaxMs))
+      o.push.backoff_initial_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "backoff_max_ms", "push.backoff_max_ms", 1, kMaxMs))
+      o.push.backoff_max_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "give_up_after_ms", "push.give_up_after_ms", 1, kMaxMs))
+      o.push.give_up_after_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "sweep_interval_ms", "push.sweep_interval_ms", 1, kMaxMs))
+      o.push.sweep_interval_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "workers", "push.workers", 1, 64)) o.push.workers = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *pu, "max_configs_per_task", "push.max_configs_per_task", 1, 1000))
+      o.push.max_configs_per_task = static_cast<std::size_t>(*v);
+  }
   if (const rapidjson::Value *st = member(root, "streams")) {
     if (!st->IsObject()) throw UsageError(file + ": streams must be an object");
     warn_unknown(c, *st, "streams.", {"max_streams", "keepalive_ms", "poll_ms"});
@@ -363,6 +402,8 @@ int run_serve(int argc, char **argv) {
       else if (a == "--stream-poll-ms") o.streams.poll_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--progress-interval-ms") o.progress_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--echo-chunk-delay-ms") o.echo_chunk_delay_ms = to_int(parse_int(a, next(), 0, kMaxMs));
+      else if (a == "--allow-push-target") o.push.allow_targets.push_back(next());
+      else if (a == "--no-push") o.push.enabled = false;
       else throw UsageError("unknown option '" + a + "'");
     }
     if (o.agent == "llm") {

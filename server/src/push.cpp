@@ -79,6 +79,17 @@ const Refused kRefused[] = {
     {"64:ff9b::", 96, "a NAT64 address (it reaches IPv4 space)"},
 };
 
+// scheme://host:port of a webhook URL, for logs (its path and query may
+// carry secrets).
+std::string origin(std::string_view url) {
+  try {
+    Poco::URI u{std::string(url)};
+    return u.getScheme() + "://" + u.getHost() + ":" + std::to_string(u.getPort());
+  } catch (const Poco::Exception &) {
+    return "(a webhook)";
+  }
+}
+
 std::string lower(std::string s) {
   for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -394,6 +405,7 @@ void PushDeliverer::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  sweep_cv_.notify_all();
   for (auto &w : workers_) w.join();
   workers_.clear();
   if (sweeper_.joinable()) sweeper_.join();
@@ -416,7 +428,9 @@ void PushDeliverer::schedule(const std::string &id, Clock::time_point when) {
     scheduled_[id] = when;
     due_.emplace(when, id);
   }
-  cv_.notify_one();
+  // Every worker recomputes its wait: one sleeping until a later item
+  // must see this earlier one.
+  cv_.notify_all();
 }
 
 void PushDeliverer::notify(const Snapshot &snap) {
@@ -475,8 +489,8 @@ void PushDeliverer::sweep_loop() {
       log_.warn(std::string("push sweep failed: ") + e.what());
     }
     lock.lock();
-    cv_.wait_for(lock, std::chrono::milliseconds(std::max(10, options_.sweep_interval_ms)),
-                 [this] { return stopping_; });
+    sweep_cv_.wait_for(lock, std::chrono::milliseconds(std::max(10, options_.sweep_interval_ms)),
+                       [this] { return stopping_; });
   }
 }
 
@@ -600,7 +614,7 @@ void PushDeliverer::deliver(const std::string &id) {
             set_member(c, "gaveUp", rapidjson::Value(true), a);
             set_member(c, "gaveUpSeq", rapidjson::Value(newest), a);
             remove_member(c, "nextAttemptAt");
-            log_.warn("push notifications of Task '" + id + "' to " + str(find(c, "url")).data() + " gave up after " +
+            log_.warn("push notifications of Task '" + id + "' to " + origin(str(find(c, "url"))) + " gave up after " +
                       std::to_string(attempts) + " attempts: " + o.error);
           } else {
             const double backoff = std::min<double>(options_.backoff_max_ms,
@@ -611,8 +625,9 @@ void PushDeliverer::deliver(const std::string &id) {
             set_member(c, "nextAttemptAt", make_string(format_timestamp(next), a), a);
             retry = true;
             if (log_.enabled(LogLevel::info))
-              log_.info("push notification of Task '" + id + "' failed (attempt " + std::to_string(attempts) +
-                        "), retrying in " + std::to_string(static_cast<int64_t>(backoff * jitter)) + " ms: " + o.error);
+              log_.info("push notification of Task '" + id + "' to " + origin(str(find(c, "url"))) + " failed (attempt " +
+                        std::to_string(attempts) + "), retrying in " +
+                        std::to_string(static_cast<int64_t>(backoff * jitter)) + " ms: " + o.error);
           }
           changed = true;
         }
@@ -672,7 +687,7 @@ std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id,
     if (status < 200 || status > 299)
       return "the webhook answered HTTP " + std::to_string(status) + " " + resp.getReason();
     if (log_.enabled(LogLevel::debug))
-      log_.debug("push notification of Task '" + std::string(task_id) + "' delivered to " + cfg.url);
+      log_.debug("push notification of Task '" + std::string(task_id) + "' delivered to " + origin(cfg.url));
     return {};
   } catch (const Poco::Exception &e) {
     return e.displayText();

@@ -158,7 +158,8 @@ class PushDeliverer {
   TargetPolicy policy_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;        // workers
+  std::condition_variable sweep_cv_;  // the sweeper
   std::multimap<Clock::time_point, std::string> due_;
   std::unordered_map<std::string, Clock::time_point> scheduled_;
   std::set<std::string> in_flight_;

@@ -156,7 +156,7 @@ ServerHandle serve(ServerOptions o) {
     if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
       const rlim_t before = rl.rlim_cur;
       rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
-      if (::setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+      if (::setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < static_cast<rlim_t>(l.max_open_connections))
         impl->log->warn("the open-file limit is " + std::to_string(rl.rlim_cur) + " (was " + std::to_string(before) +
                         "): fewer than limits.max_open_connections connections can be open at once");
     }

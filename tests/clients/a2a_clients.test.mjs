@@ -1,4 +1,4 @@
-// Real A2A clients against `toolnexus serve` (issue 9): the official JS SDK
+// Real A2A clients against `toolnexus serve` (issues 9 and 10): the official JS SDK
 // @a2a-js/sdk 1.x (protocol v1.0; the default ClientFactory, once on its
 // JSON-RPC transport and once on HTTP+JSON) and 0.3.x (protocol v0.3,
 // JSON-RPC). The server runs the `approval` agent; run.sh starts it on each
@@ -11,6 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 
 import { ClientFactory, ClientFactoryOptions } from 'a2a-sdk-1/client';
 import { Message, TaskState, Role } from 'a2a-sdk-1';
@@ -91,6 +92,23 @@ async function makeV1(transport) {
       const r = await blocking.listTasks(params);
       return { tasks: r.tasks.map(fromV1), nextPageToken: r.nextPageToken, totalSize: r.totalSize, pageSize: r.pageSize };
     },
+    // Streams, normalised to ['task:STATE' | 'status:STATE' | 'artifact:text'].
+    stream: (text, { taskId, contextId } = {}) =>
+      blocking.sendMessageStream({ message: message(text, { taskId, contextId }) }),
+    resubscribe: (id) => blocking.resubscribeTask({ id }),
+    event: (e) => {
+      const p = e.payload;
+      if (p.$case === 'task') return { what: `task:${TaskState[p.value.status.state]}`, id: p.value.id };
+      if (p.$case === 'statusUpdate') return { what: `status:${TaskState[p.value.status.state]}`, id: p.value.taskId };
+      if (p.$case === 'artifactUpdate')
+        return { what: `artifact:${v1Text(p.value.artifact.parts)}`, id: p.value.taskId, append: p.value.append };
+      return { what: p.$case };
+    },
+    push: {
+      create: (taskId, url, token) => blocking.createTaskPushNotificationConfig({ taskId, url, token }),
+      list: async (taskId) => (await blocking.listTaskPushNotificationConfig({ taskId })).configs,
+      remove: (taskId, id) => blocking.deleteTaskPushNotificationConfig({ taskId, id }),
+    },
   };
 }
 
@@ -111,7 +129,92 @@ async function makeV03() {
     get: async (id, historyLength) => fromV03(await client.getTask({ id, historyLength })),
     cancel: async (id) => fromV03(await client.cancelTask({ id })),
     list: null,  // v0.3 has no ListTasks
+    stream: (text, { taskId, contextId } = {}) => {
+      const extra = {};
+      if (taskId) extra.taskId = taskId;
+      if (contextId) extra.contextId = contextId;
+      return client.sendMessageStream({ message: message(text, extra) });
+    },
+    resubscribe: (id) => client.resubscribeTask({ id }),
+    event: (e) => {
+      if (e.kind === 'task') return { what: `task:${STATE_NAMES[e.status.state]}`, id: e.id };
+      if (e.kind === 'status-update') return { what: `status:${STATE_NAMES[e.status.state]}`, id: e.taskId, final: e.final };
+      if (e.kind === 'artifact-update') return { what: `artifact:${v03Text(e.artifact.parts)}`, id: e.taskId, append: e.append };
+      return { what: e.kind };
+    },
+    push: {
+      create: (taskId, url, token) =>
+        client.setTaskPushNotificationConfig({ taskId, pushNotificationConfig: { url, token } }),
+      list: async (taskId) => client.listTaskPushNotificationConfig({ id: taskId }),
+      remove: (taskId, id) => client.deleteTaskPushNotificationConfig({ id: taskId, pushNotificationConfigId: id }),
+    },
   };
+}
+
+async function collect(gen, c) {
+  const out = [];
+  for await (const e of gen) out.push(c.event(e));
+  return out;
+}
+
+// A webhook on loopback that records what it is sent.
+async function webhook() {
+  const got = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => {
+      got.push({ type: req.headers['content-type'], token: req.headers['x-a2a-notification-token'], body: JSON.parse(body) });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { got, url: `http://127.0.0.1:${server.address().port}/hook`, close: () => server.close() };
+}
+
+async function streamFlows(c) {
+  // sendMessageStream: the Task, then its states, until it is interrupted.
+  const first = await collect(c.stream('stream this'), c);
+  assert.deepEqual(first.map((e) => e.what),
+    ['task:TASK_STATE_SUBMITTED', 'status:TASK_STATE_WORKING', 'status:TASK_STATE_INPUT_REQUIRED'], c.name);
+  const id = first[0].id;
+  assert.ok(first.every((e) => e.id === id));
+
+  // resubscribeTask while another call approves: the snapshot, then the run.
+  const sub = c.resubscribe(id);
+  const it = sub[Symbol.asyncIterator]();
+  const snap = c.event((await it.next()).value);
+  assert.equal(snap.what, 'task:TASK_STATE_INPUT_REQUIRED', c.name);
+  const approving = c.send('approve', { taskId: id });
+  const rest = [];
+  for (let r = await it.next(); !r.done; r = await it.next()) rest.push(c.event(r.value));
+  assert.deepEqual(rest.map((e) => e.what),
+    ['status:TASK_STATE_WORKING', 'artifact:stream this', 'status:TASK_STATE_COMPLETED'], c.name);
+  assert.equal((await approving).state, 'TASK_STATE_COMPLETED');
+
+  // Continuing a Task as a stream: the resumed Task, the artifact, completed.
+  const second = await collect(c.stream('again'), c);
+  const again = await collect(c.stream('yes', { taskId: second[0].id }), c);
+  assert.deepEqual(again.map((e) => e.what),
+    ['task:TASK_STATE_WORKING', 'artifact:again', 'status:TASK_STATE_COMPLETED'], c.name);
+
+  // Push notifications to a local webhook.
+  const hook = await webhook();
+  try {
+    const parked = await c.send('notify me');
+    await c.push.create(parked.id, hook.url, 'tok');
+    assert.equal((await c.push.list(parked.id)).length, 1);
+    await c.send('approve', { taskId: parked.id });
+    await eventually(async () => hook.got.length, (n) => n >= 1, 5000);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.ok(hook.got.length >= 1, `${c.name}: the webhook got nothing`);
+    assert.ok(hook.got.every((g) => g.token === 'tok'));
+    const last = hook.got[hook.got.length - 1].body;
+    const state = last.statusUpdate ? last.statusUpdate.status.state : last.status.state;
+    assert.ok(state === 'TASK_STATE_COMPLETED' || state === 'completed', `${c.name}: ${JSON.stringify(last)}`);
+  } finally {
+    hook.close();
+  }
 }
 
 async function eventually(read, accept, ms = 5000) {
@@ -231,6 +334,9 @@ if (phase === 'flows') {
   test('@a2a-js/sdk 1.x over JSON-RPC: every flow', async () => flows(await makeV1('JSONRPC')));
   test('@a2a-js/sdk 1.x over HTTP+JSON: every flow', async () => flows(await makeV1('HTTP+JSON')));
   test('@a2a-js/sdk 0.3.x over JSON-RPC: every flow', async () => flows(await makeV03()));
+  test('@a2a-js/sdk 1.x over JSON-RPC: streams and push notifications', async () => streamFlows(await makeV1('JSONRPC')));
+  test('@a2a-js/sdk 1.x over HTTP+JSON: streams and push notifications', async () => streamFlows(await makeV1('HTTP+JSON')));
+  test('@a2a-js/sdk 0.3.x over JSON-RPC: streams and push notifications', async () => streamFlows(await makeV03()));
   test('a Task written by one client version reads right through the other', async () => {
     const v1 = await makeV1('HTTP+JSON');
     const v03 = await makeV03();

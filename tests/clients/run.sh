@@ -40,7 +40,8 @@ trap cleanup EXIT
 start() {
   local out="$tmp/serve.out"
   : >"$out"
-  "$bin" serve --listen 127.0.0.1:0 --agent approval --store "$1" >"$out" 2>"$tmp/serve.err" &
+  "$bin" serve --listen 127.0.0.1:0 --agent approval --store "$1" --allow-push-target 127.0.0.0/8 \
+    >"$out" 2>"$tmp/serve.err" &
   server_pid=$!
   for _ in $(seq 1 200); do
     if grep -q "^listening on " "$out"; then
