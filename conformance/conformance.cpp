@@ -455,6 +455,147 @@ void read_only_rule(const StoreFactory &fresh) {
   }
 }
 
+// ABI 1.3 count: for every filter combination the number list delivers over
+// all pages, kept right across overwrites that move a Task between groups
+// (state, owner, tenant, contextId) and across deletes.
+void count_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  const char *states[] = {"working", "completed", "input-required"};
+  const char *owners[] = {"alice", "bob", ""};
+  const char *tenants[] = {"t1", ""};
+  int n = 0;
+  for (int i = 0; i < 30; ++i) {
+    SaveOptions o;
+    o.owner = owners[i % 3];
+    o.tenant = tenants[(i / 3) % 2];
+    s->save(make_task("n" + std::to_string(i), "ctx" + std::to_string(i % 4), states[(i / 2) % 3], 10 + i), o);
+    ++n;
+  }
+  // Overwrites that move Tasks between every kind of group, and deletes.
+  for (int i = 0; i < 6; ++i) {
+    SaveOptions o;
+    o.owner = owners[(i + 1) % 3];
+    o.tenant = tenants[i % 2];
+    s->save(make_task("n" + std::to_string(i), "ctx" + std::to_string((i + 1) % 4), states[i % 3], 100 + i), o);
+  }
+  s->remove("n7");
+  s->remove("n8");
+  std::vector<ListQuery> queries;
+  queries.emplace_back();
+  for (const char *st : states) {
+    ListQuery q;
+    q.state = st;
+    queries.push_back(q);
+  }
+  for (const char *ow : owners)
+    for (const char *te : tenants) {
+      ListQuery q;
+      q.owner = ow;
+      q.tenant = te;
+      queries.push_back(q);
+      q.state = "working";
+      queries.push_back(q);
+      q.context_id = "ctx1";
+      queries.push_back(q);
+    }
+  {
+    ListQuery q;
+    q.owner = "alice";
+    queries.push_back(q);
+    q = {};
+    q.tenant = "";
+    queries.push_back(q);
+    q = {};
+    q.context_id = "ctx2";
+    queries.push_back(q);
+    q.state = "completed";
+    queries.push_back(q);
+    q = {};
+    q.context_id = "none";
+    queries.push_back(q);
+    q = {};
+    q.after_us = (1767225600LL + 20) * 1000000LL;
+    queries.push_back(q);
+    q.before_us = (1767225600LL + 102) * 1000000LL;
+    queries.push_back(q);
+    q.owner = "bob";
+    queries.push_back(q);
+    q = {};
+    q.before_us = (1767225600LL + 15) * 1000000LL;
+    queries.push_back(q);
+  }
+  for (ListQuery q : queries) {
+    q.page_size = 7;
+    const uint64_t want = list_all(*s, q).size();
+    const uint64_t got = s->count(q);
+    std::string what = "count(";
+    if (q.context_id) what += " contextId=" + q.context_id.value();
+    if (q.state) what += " state=" + q.state.value();
+    if (q.owner) what += " owner=" + q.owner.value();
+    if (q.tenant) what += " tenant=" + q.tenant.value();
+    if (q.after_us) what += " after";
+    if (q.before_us) what += " before";
+    what += " ) = " + std::to_string(got) + " but list delivers " + std::to_string(want);
+    EXPECT(got == want, what);
+  }
+  ListQuery all;
+  EXPECT(s->count(all) == static_cast<uint64_t>(n - 2), "count of everything after 2 deletes");
+  ListQuery withcursor;
+  withcursor.page_size = 3;
+  withcursor.cursor = s->list(withcursor).next_cursor;
+  EXPECT(s->count(withcursor) == static_cast<uint64_t>(n - 2), "count must ignore the cursor and page size");
+  auto e = fresh();
+  EXPECT(e->count(ListQuery{}) == 0, "an empty store counts 0");
+}
+
+// ABI 1.3 save_batch: all or nothing; a later item sees an earlier one of
+// the same id; the failing item is named. A store without batches
+// (unsupported) skips the rule.
+void save_batch_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  const uint64_t v0 = s->save(make_task("sb0", "c", "working", 1));
+  Task a = make_task("sb1", "c", "submitted", 2), b = make_task("sb1", "c", "working", 3),
+       c = make_task("sb0", "c", "completed", 4);
+  std::vector<BatchItem> items(3);
+  items[0].task = &a;
+  items[0].options.expected_version = kNoVersion;
+  items[1].task = &b;
+  items[2].task = &c;
+  items[2].options.expected_version = v0;
+  items[2].options.owner = "alice";
+  std::vector<uint64_t> vs;
+  try {
+    vs = s->save_batch(items);
+  } catch (const StoreError &e) {
+    if (e.code() == Status::unsupported) throw Skipped("the store saves no batches (save_batch unsupported)");
+    throw;
+  }
+  EXPECT(vs.size() == 3, "save_batch returned " + std::to_string(vs.size()) + " versions for 3 items");
+  EXPECT(vs[1] > vs[0], "the second save of an id in a batch must get a greater version");
+  auto r = s->get("sb1");
+  EXPECT(r && r->state == "working" && r->version == vs[1], "the batch's last save of sb1 is not what is stored");
+  r = s->get("sb0");
+  EXPECT(r && r->state == "completed" && r->version == vs[2] && r->owner == "alice", "CAS item of the batch");
+  // A stale item in the middle: nothing written, that item named.
+  Task d = make_task("sb2", "c", "working", 5), e = make_task("sb0", "c", "failed", 6), f = make_task("sb3", "c", "working", 7);
+  std::vector<BatchItem> bad(3);
+  bad[0].task = &d;
+  bad[1].task = &e;
+  bad[1].options.expected_version = v0;  // stale
+  bad[2].task = &f;
+  bool threw = false;
+  try {
+    s->save_batch(bad);
+  } catch (const BatchError &x) {
+    threw = true;
+    EXPECT(x.code() == Status::conflict, std::string("stale item: ") + status_name(x.code()) + ": " + x.what());
+    EXPECT(x.index() == 1, "the failing item is index 1, got " + std::to_string(x.index()));
+  }
+  EXPECT(threw, "a batch with a stale compare-and-set was accepted");
+  EXPECT(!s->get("sb2") && !s->get("sb3"), "a failed batch wrote some of its items");
+  EXPECT(s->get("sb0")->state == "completed", "a failed batch changed a stored Task");
+}
+
 void info_rule(const StoreFactory &fresh) {
   auto s = fresh();
   StoreInfo i = s->info();
@@ -482,6 +623,8 @@ const std::vector<Rule> kRules = {
     {"close", "through the host, close is idempotent and a closed store refuses calls (a plugin's close runs once)", closed_store},
     {"info", "info() names the scheme and only known capability bits", info_rule},
     {"read-only-open", "a read-only open reads what is stored and refuses every write (ABI 1.2)", read_only_rule},
+    {"count", "count equals what list delivers over all pages for every filter, across moves and deletes (ABI 1.3)", count_rule},
+    {"save-batch", "save_batch stores all items or none and names the failing one (ABI 1.3)", save_batch_rule},
 };
 
 std::mutex g_tmp_mu;

@@ -12,7 +12,7 @@
 using namespace toolnexus;
 
 namespace {
-enum class Lie { ignore_cas, drop_unknown_fields, list_oldest_first, not_found_is_empty_record };
+enum class Lie { ignore_cas, drop_unknown_fields, list_oldest_first, not_found_is_empty_record, count_ignores_filters };
 
 class LyingStore final : public TaskStore {
  public:
@@ -32,6 +32,9 @@ class LyingStore final : public TaskStore {
     ListPage p = real_->list(q);
     if (lie_ == Lie::list_oldest_first) std::reverse(p.records.begin(), p.records.end());
     return p;
+  }
+  uint64_t count(const ListQuery &q) override {
+    return lie_ == Lie::count_ignores_filters ? real_->count(ListQuery{}) : real_->count(q);
   }
   StoreInfo info() const override { return real_->info(); }
   void close() override { real_->close(); }
@@ -101,4 +104,5 @@ TEST_CASE("the suite catches each lie") {
   CHECK(rule_fails(Lie::drop_unknown_fields, "round-trip-unknown-fields"));
   CHECK(rule_fails(Lie::list_oldest_first, "list-order-paging"));
   CHECK(rule_fails(Lie::not_found_is_empty_record, "not-found"));
+  CHECK(rule_fails(Lie::count_ignores_filters, "count"));
 }

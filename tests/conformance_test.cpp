@@ -22,7 +22,9 @@ TEST_CASE("conformance") {
       REQUIRE(!results.empty());
       for (const auto &r : results) {
         INFO(r.rule << ": " << r.message);
-        CHECK(r.passed);
+        // save_batch is optional (ABI 1.3): a store without it (file:, one
+        // file per Task, has no multi-file transaction) skips that rule.
+        CHECK((r.passed || (r.skipped && r.rule == "save-batch")));
       }
     }
   }

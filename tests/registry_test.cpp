@@ -83,6 +83,24 @@ TEST_CASE("a plugin built against ABI 1.0 (smaller descriptor) still loads") {
   }
   auto store = resolve_store("oldabi:x", *r);
   CHECK(store->list(ListQuery{}).records.empty());
+  // Its vtable has no count (ABI 1.3): the host counts by listing.
+  CHECK(store->count(ListQuery{}) == 0);
+  // No save_batch either: the host says so, and the caller saves one by one.
+  Task t = Task::parse(R"({"id":"b","contextId":"c","status":{"state":"working"}})");
+  BatchItem item;
+  item.task = &t;
+  try {
+    store->save_batch({item});
+    FAIL("save_batch on a store without batches did not throw");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::unsupported);
+  }
+}
+
+TEST_CASE("ABI 1.3 count: the host asks a plugin that has one") {
+  auto r = isolated({kFixtures / "good"});
+  auto store = resolve_store("fixture:x", *r);
+  CHECK(store->count(ListQuery{}) == 7);  // the fixture's count, not the empty list
 }
 
 TEST_CASE("ABI 1.2 open: read-only flag reaches the plugin, writes are refused by the host") {
