@@ -29,6 +29,7 @@ const char *kHelp =
     "  list SELECTOR [--context-id X] [--state S] [--owner P] [--limit N] [--json]\n"
     "                             newest first: id, state, timestamp, contextId per line\n"
     "                             (--json: one JSON object per line)\n"
+    "                             exit 1: some records could not be read (each reported, skipped)\n"
     "  rm SELECTOR ID             delete a Task                 exit 1: no such Task\n"
     "  copy FROM TO               copy every Task (owner and tenant kept); safe to re-run\n"
     "                             exit 1: some records could not be read (each reported)\n"
@@ -241,15 +242,32 @@ int cmd_list(const Options &o) {
     if (limit == 0) return usage_error("--limit must be at least 1");
   }
   const bool json = o.flag("--json");
+  // The table needs the index fields only: no Task bytes are read.
+  q.omit_json = !json;
+  // An unreadable record is reported and skipped, not the end of the list.
+  q.deliver_corrupt = true;
   auto s = resolve_store(o.positional[1], kInspect);
-  uint64_t n = 0;
+  uint64_t n = 0, skipped = 0;
   for (;;) {
     if (n >= limit) break;
     if (limit - n < q.page_size) q.page_size = static_cast<uint32_t>(limit - n);
     ListPage p = s->list(q);
     for (const auto &r : p.records) {
+      std::string why = r.version == 0 ? (r.problem.empty() ? std::string("unreadable") : r.problem) : "";
+      if (why.empty() && json) {
+        try {
+          (void)r.task();
+        } catch (const std::exception &e) {
+          why = e.what();
+        }
+      }
+      if (!why.empty()) {
+        ++skipped;
+        std::cerr << "toolnexus store list: skipped unreadable record '" << printable(r.id) << "': " << printable(why)
+                  << "\n";
+        continue;
+      }
       if (json) {
-        (void)r.task();
         std::cout << r.json << "\n";
       } else {
         std::cout << r.id << "\t" << (r.state.empty() ? "-" : r.state) << "\t" << time_text(r.status_time_us) << "\t"
@@ -260,7 +278,7 @@ int cmd_list(const Options &o) {
     if (p.next_cursor.empty()) break;
     q.cursor = std::move(p.next_cursor);
   }
-  return 0;
+  return skipped == 0 ? 0 : 1;
 }
 
 int cmd_rm(const Options &o) {

@@ -230,6 +230,16 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   r = run({"store", "get", sel, "broken"});
   CHECK(r.code == 2);
   CHECK(r.err.find("broken.json") != std::string::npos);
+  // list skips it and says so (exit 1), instead of ending with exit 2.
+  r = run({"store", "list", sel});
+  CHECK(r.code == 1);
+  CHECK(r.out == "good\tcompleted\t2026-01-01T00:00:01.000000Z\tc\n");
+  CHECK_MESSAGE(r.err.find("skipped unreadable record 'broken': task file '" + (dir / "broken.json").string()) !=
+                    std::string::npos,
+                r.err);
+  r = run({"store", "list", sel, "--json"});
+  CHECK(r.code == 1);
+  CHECK(r.out == task_json("good", "c", "completed", 1) + "\n");
 
   // A file whose JSON is another Task's (a stray copy) is reported and never
   // copied over the real one.
