@@ -210,6 +210,8 @@ class PluginStore final : public TaskStore {
                            kErrCap);
     }
     if (rc == TNX_OK) return versions;
+    // Not offered (a C++ plugin without it): the caller saves one by one.
+    if (rc == TNX_EUNSUPPORTED && failed >= recs.size()) check(rc, err, "save of a batch");
     try {
       check(rc, err, "save of a batch");
     } catch (const StoreError &e) {
