@@ -36,10 +36,14 @@
 // option, a missing "=value" or a bad value fails open() with TNX_EINVAL
 // naming the option. Values may be percent-encoded.
 // ===========================================================================
-//   tnx_pool=1..64                          default 4
+//   tnx_pool=1..64                          default 16
 //       Most connections the store keeps to the server. They are opened on
 //       demand (the first at open()) and shared by the threads of the
-//       process; a call waits for a free one.
+//       process; a call waits for a free one. The default is sized for the
+//       A2A server's concurrency (its HTTP threads read while its workers
+//       save) without taking more than a sixth of PostgreSQL's default
+//       max_connections (100) per replica; connections are server
+//       processes, so unlike sqlite's readers they are not free.
 //   tnx_statement_timeout_ms=0..3600000     default 5000
 //       PostgreSQL statement_timeout of every connection: a statement that
 //       runs longer (waiting for a row lock, a slow disk) is cancelled and
@@ -279,7 +283,7 @@ std::string one_line(const char *msg) {
 
 /// The plugin's own options (tnx_*), defaults applied.
 struct Options {
-  uint32_t pool = 4;
+  uint32_t pool = 16;
   uint32_t statement_timeout_ms = 5000;
   std::string table = "tnx_tasks";
 };

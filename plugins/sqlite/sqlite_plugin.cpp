@@ -41,9 +41,15 @@
 //       for file systems without shared memory (readers then block writers and
 //       the other way round, bounded by busy_timeout_ms). "memory" and "off"
 //       are refused: they break atomic saves.
-//   pool_size=1..64                              default 4
-//       Idle read connections kept open for get/list. More are opened while
-//       more threads read at once, and closed again when they are done.
+//   pool_size=1..64                              default 64
+//       Idle read connections kept open for get/list. A reader is opened only
+//       when a call finds none idle, so the pool grows to the number of
+//       threads that have read at once and stays there, up to pool_size;
+//       readers beyond it are closed after their call. The default is sized
+//       for the A2A server, which may read from up to --max-connections
+//       (128) HTTP threads at once: 64 keeps the readers of a busy server
+//       open (GetTask at 64 clients: 23.6k req/s with 4, 31.6k with 64)
+//       and costs nothing for a quiet one (readers are never opened ahead).
 //   max_batch=1..1000                            default 64
 //       Most saves/deletes committed in one group-commit transaction (below);
 //       1 turns group commit off (one transaction per save).
@@ -191,7 +197,7 @@ struct Options {
   Sync sync = Sync::Full;
   int busy_timeout_ms = 5000;
   Journal journal = Journal::Wal;
-  size_t pool_size = 4;
+  size_t pool_size = 64;
   size_t max_batch = 64;
   /// mode=ro, or the host's TNX_OPEN_READ_ONLY.
   bool read_only = false;
@@ -1714,7 +1720,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "SQLite file store, sqlite:<path>[?opt=val&...], WAL, group commit, CAS, multi-process; "
     "options: synchronous=full|extra|normal|off (default full; only full/extra are durable), "
     "busy_timeout_ms=0..3600000 (default 5000), journal=wal|delete|truncate|persist "
-    "(default wal), pool_size=1..64 idle read connections (default 4), max_batch=1..1000 "
+    "(default wal), pool_size=1..64 idle read connections (default 64), max_batch=1..1000 "
     "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
