@@ -16,6 +16,19 @@
 //                        postgres store competes with)
 //
 //   store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]
+//   store_bench --list-bench N[,N...] [SELECTOR...]
+//
+// --list-bench: for each size N (e.g. 50000, or 50000,1000000: the 1M size
+// takes minutes to populate, so it is never the default) fills a fresh store
+// with N small Tasks (one owner, 90% completed, 5% working, 5%
+// input-required, 1000 contexts) through save_batch in chunks of 5000 where
+// the store has batches, else with 16 threads of plain saves (file: writes
+// the seed's <id>.json files directly and lets the store build its index at
+// open, which is timed too), then times what the A2A server's ListTasks
+// asks for: one page of 50 for the caller (owner and tenant filters) and
+// its totalSize (count), first page and deep in, with a state filter (the
+// lease sweep's query) and a contextId filter; and at N <= 50000 the old
+// totalSize by paging through every match (TaskStore's list fallback).
 //
 // SELECTOR may contain {tmp} (a fresh temporary directory). Default selectors:
 // memory file:{tmp} sqlite:{tmp}/tasks.db. Numbers go to stdout, one row per
@@ -338,15 +351,169 @@ void bench_raw_libpq(const std::string &selector, int threads, size_t n, const s
   for (auto *c : conns) PQfinish(c);
 }
 
+// ---------------------------------------------------------------------------
+// --list-bench
+// ---------------------------------------------------------------------------
+
+std::string small_task_json(size_t i) {
+  const char *state = i % 20 == 0 ? "working" : i % 20 == 1 ? "input-required" : "completed";
+  return R"({"id":"t-)" + std::to_string(i) + R"(","contextId":"ctx-)" + std::to_string(i % 1000) +
+         R"(","kind":"task","status":{"state":")" + state + R"(","timestamp":")" +
+         format_timestamp(1767225600000000LL + static_cast<int64_t>(i) * 1000LL) +
+         R"("},"history":[{"role":"user","messageId":"m)" + std::to_string(i) +
+         R"(","kind":"message","parts":[{"kind":"text","text":"hello"}]}]})";
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Times `f` `reps` times; prints p50 and max in ms.
+void timed(const std::string &what, int reps, const std::function<void()> &f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    f();
+    t.push_back(ms_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  std::printf("  %-52s p50 %9.3f ms  max %9.3f ms  (%d runs)\n", what.c_str(), t[t.size() / 2], t.back(), reps);
+  std::fflush(stdout);
+}
+
+void list_bench(const std::string &selector, size_t n) {
+  const std::string sel = expand(selector);
+  std::string name = selector.substr(0, selector.find(':'));
+  std::printf("%s, %zu Tasks:\n", name.c_str(), n);
+  auto t0 = Clock::now();
+  std::shared_ptr<TaskStore> store;
+  if (sel.rfind("file:", 0) == 0) {
+    // The seed's layout written directly; the store indexes it at open.
+    const std::string dir = sel.substr(5);
+    fs::create_directories(dir);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string path = dir + "/t-" + std::to_string(i) + ".json";
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      write_all(fd, small_task_json(i));
+      ::close(fd);
+    }
+    std::printf("  populated (files written directly) in %.1f s\n", ms_since(t0) / 1000);
+    auto t1 = Clock::now();
+    store = resolve_store(sel);
+    std::printf("  first open (builds the index) %.1f ms\n", ms_since(t1));
+    store->close();
+    t1 = Clock::now();
+    store = resolve_store(sel);
+    std::printf("  second open (index trusted) %.1f ms\n", ms_since(t1));
+  } else {
+    store = resolve_store(sel);
+    const size_t chunk = 5000;
+    bool batches = true;
+    for (size_t base = 0; base < n && batches; base += chunk) {
+      std::vector<Task> tasks;
+      std::vector<BatchItem> items;
+      for (size_t i = base; i < std::min(n, base + chunk); ++i) tasks.push_back(Task::parse(small_task_json(i)));
+      for (const Task &t : tasks) {
+        BatchItem b;
+        b.task = &t;
+        items.push_back(b);
+      }
+      try {
+        store->save_batch(items);
+      } catch (const StoreError &e) {
+        if (e.code() != Status::unsupported || base != 0) throw;
+        batches = false;
+      }
+    }
+    if (!batches) {
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> ts;
+      for (int t = 0; t < 16; ++t)
+        ts.emplace_back([&] {
+          for (size_t i; (i = next.fetch_add(1)) < n;) store->save(Task::parse(small_task_json(i)));
+        });
+      for (auto &t : ts) t.join();
+    }
+    std::printf("  populated (%s) in %.1f s\n", batches ? "save_batch of 5000" : "16 threads of saves",
+                ms_since(t0) / 1000);
+  }
+  ListQuery caller;
+  caller.owner = "";
+  caller.tenant = "";
+  caller.page_size = 50;
+  const int reps = n > 100000 ? 50 : 100;
+  timed("ListTasks page 1 (list 50 + count)", reps, [&] {
+    auto p = store->list(caller);
+    if (p.records.size() != 50 || store->count(caller) != n) std::abort();
+  });
+  std::string deep;
+  {
+    ListQuery q = caller;
+    q.page_size = 1000;
+    q.omit_json = true;
+    for (int i = 0; i < 10 && (i == 0 || !q.cursor.empty()); ++i) q.cursor = store->list(q).next_cursor;
+    deep = q.cursor;
+  }
+  timed("ListTasks deep page (after 10000; list 50 + count)", reps, [&] {
+    ListQuery q = caller;
+    q.cursor = deep;
+    auto p = store->list(q);
+    if (p.records.size() != 50 || store->count(caller) != n) std::abort();
+  });
+  timed("count only (owner, tenant)", reps, [&] { (void)store->count(caller); });
+  ListQuery working = caller;
+  working.state = "working";
+  timed("ListTasks state=working (list 50 + count)", reps, [&] {
+    auto p = store->list(working);
+    if (p.records.empty() || store->count(working) != (n + 19) / 20) std::abort();
+  });
+  ListQuery sweep;
+  sweep.state = "working";
+  sweep.page_size = 200;
+  timed("lease sweep page (state=working, 200, no owner)", reps, [&] { (void)store->list(sweep); });
+  ListQuery ctx = caller;
+  ctx.context_id = "ctx-7";
+  timed("ListTasks contextId (list 50 + count)", reps, [&] {
+    auto p = store->list(ctx);
+    if (p.records.empty()) std::abort();
+    (void)store->count(ctx);
+  });
+  if (n <= 50000) {
+    timed("old totalSize: paging through every match", 3, [&] {
+      ListQuery q = caller;
+      q.omit_json = true;
+      q.deliver_corrupt = true;
+      q.page_size = 1000;
+      uint64_t total = 0;
+      for (;;) {
+        ListPage p = store->list(q);
+        total += p.records.size();
+        if (p.next_cursor.empty()) break;
+        q.cursor = p.next_cursor;
+      }
+      if (total != n) std::abort();
+    });
+  }
+  store->close();
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   size_t ops = 20000, durable_ops = 2000;
   std::vector<int> thread_counts = {1, 4};
   std::vector<std::string> selectors;
+  std::vector<size_t> list_sizes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--ops" && i + 1 < argc) ops = std::stoul(argv[++i]);
+    if (a == "--list-bench" && i + 1 < argc) {
+      std::string v = argv[++i];
+      for (size_t p = 0; p < v.size();) {
+        size_t c = v.find(',', p);
+        list_sizes.push_back(std::stoul(v.substr(p, c - p)));
+        p = c == std::string::npos ? v.size() : c + 1;
+      }
+    } else if (a == "--ops" && i + 1 < argc) ops = std::stoul(argv[++i]);
     else if (a == "--durable-ops" && i + 1 < argc) durable_ops = std::stoul(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) {
       thread_counts.clear();
@@ -358,11 +525,28 @@ int main(int argc, char **argv) {
         p = c == std::string::npos ? v.size() : c + 1;
       }
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]\n");
+      std::printf("usage: store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]\n"
+                  "       store_bench --list-bench N[,N...] [SELECTOR...]\n");
       return 0;
     } else selectors.push_back(a);
   }
   if (selectors.empty()) selectors = {"memory", "file:{tmp}", "sqlite:{tmp}/tasks.db"};
+  if (!list_sizes.empty()) {
+    for (size_t n : list_sizes)
+      for (const auto &sel : selectors) {
+        try {
+          list_bench(sel, n);
+        } catch (const std::exception &e) {
+          std::fprintf(stderr, "store_bench: %s: %s\n", sel.c_str(), e.what());
+          return 2;
+        }
+      }
+    for (const auto &d : g_tmp) {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+    return 0;
+  }
   std::vector<Task> tasks;
   for (int i = 0; i < 64; ++i) tasks.push_back(make_task("t", i));
   std::printf("task size: %zu bytes of JSON; ops: %zu in memory, %zu on durable stores\n",

@@ -42,6 +42,10 @@ options (flags override the config file):
   --store SELECTOR         memory (default), file:DIR, sqlite:PATH, or
                            <scheme>:<location> served by a plugin
   --plugin-dir DIR         also search DIR for storage plugins (repeatable)
+  --allow-insecure-plugins load plugins from group/other-writable or foreign-
+                           owned files and directories (the guard rails'
+                           permission checks off; symlinks must still stay
+                           inside a plugin directory)
   --agent NAME             echo (default), approval, or llm (a model behind
                            an OpenAI-compatible endpoint: the config's "llm")
   --name NAME              agent name on the card (default toolnexus)
@@ -79,7 +83,8 @@ options (flags override the config file):
   --help                   this text
 
 config file:
-  {"listen": "127.0.0.1:8080", "plugin_dirs": ["..."], "agent": "approval",
+  {"listen": "127.0.0.1:8080", "plugin_dirs": ["..."], "allow_insecure_plugins": false,
+   "agent": "approval",
    "a2a": {"name": "...", "description": "...", "version": "...",
            "store": "file:/var/lib/toolnexus/tasks",
            "provider": {"organization": "...", "url": "..."},
@@ -179,7 +184,7 @@ void warn_unknown(const Config &c, const rapidjson::Value &obj, const std::strin
 }
 
 void apply_config(const std::string &file, ServerOptions &o, std::vector<std::string> &plugin_dirs,
-                  std::string &auth_file, std::optional<LlmOptions> &llm) {
+                  std::string &auth_file, std::optional<LlmOptions> &llm, bool &allow_insecure) {
   Config c;
   c.file = file;
   std::ifstream in(file, std::ios::binary);
@@ -196,8 +201,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   c.dir = std::filesystem::absolute(file).parent_path();
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
-               {"listen", "plugin_dirs", "a2a", "agent", "auth_tokens", "log_level", "workers", "limits", "lease",
-                "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
+               {"listen", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level", "workers",
+                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -206,6 +211,10 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       if (!d.IsString()) throw UsageError(file + ": plugin_dirs must be an array of directory names");
       plugin_dirs.push_back((c.dir / std::string(d.GetString(), d.GetStringLength())).lexically_normal().string());
     }
+  }
+  if (const rapidjson::Value *v = member(root, "allow_insecure_plugins")) {
+    if (!v->IsBool()) throw UsageError(file + ": allow_insecure_plugins must be true or false");
+    allow_insecure = v->GetBool();
   }
   if (auto v = config_string(c, root, "agent", "agent"); !v.empty()) o.agent = v;
   if (auto v = config_string(c, root, "auth_tokens", "auth_tokens"); !v.empty())
@@ -340,6 +349,7 @@ int run_serve(int argc, char **argv) {
   std::vector<std::string> plugin_dirs;
   std::string auth_file;
   std::optional<LlmOptions> llm;
+  bool allow_insecure = false;
   try {
     // The config file first, wherever --config appears; flags override it.
     for (int i = 1; i < argc; ++i) {
@@ -356,7 +366,7 @@ int run_serve(int argc, char **argv) {
         } else {
           file = a.substr(9);
         }
-        apply_config(file, o, plugin_dirs, auth_file, llm);
+        apply_config(file, o, plugin_dirs, auth_file, llm, allow_insecure);
       }
     }
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
@@ -381,6 +391,7 @@ int run_serve(int argc, char **argv) {
       else if (a == "--listen") o.listen = next();
       else if (a == "--store") o.store = next();
       else if (a == "--plugin-dir") plugin_dirs.push_back(next());
+      else if (a == "--allow-insecure-plugins" && !has_inline) allow_insecure = true;
       else if (a == "--agent") o.agent = next();
       else if (a == "--name") o.card.name = next();
       else if (a == "--description") o.card.description = next();
@@ -417,6 +428,7 @@ int run_serve(int argc, char **argv) {
 
   PluginRegistry &registry = PluginRegistry::global();
   for (const std::string &d : plugin_dirs) registry.add_directory(d);
+  if (allow_insecure) registry.allow_insecure(true);
 
   // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit
   // this mask) and taken with sigwait() below.

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,12 +25,20 @@ namespace {
 
 const char *kHelp =
     "usage: toolnexus store COMMAND [--plugin-dir DIR]... ARGS\n"
-    "  get SELECTOR ID            print the Task JSON           exit 1: no such Task\n"
-    "  put SELECTOR [FILE|-]      save one Task JSON (stdin without FILE), print its id\n"
-    "      [--owner P] [--tenant T]\n"
+    "  get SELECTOR ID            print the Task JSON (its version on stderr)  exit 1: no such Task\n"
+    "  put SELECTOR [FILE|-]      save one Task JSON (stdin without FILE), print its id;\n"
+    "      [--owner P] [--tenant T] [--expect-version N | --force]\n"
+    "                             a new Task only, unless --expect-version N (the version\n"
+    "                             `store get` printed: refused if it changed since) or\n"
+    "                             --force; owner and tenant not given are kept\n"
+    "                             exit 1: the Task exists / changed since it was read\n"
+    "                             JSON lines (one Task per line): all saved in one\n"
+    "                             transaction where the store allows, else line by line;\n"
+    "                             errors name the line\n"
     "  list SELECTOR [--context-id X] [--state S] [--owner P] [--limit N] [--json]\n"
     "                             newest first: id, state, timestamp, contextId per line\n"
     "                             (--json: one JSON object per line)\n"
+    "                             exit 1: some records could not be read (each reported, skipped)\n"
     "  rm SELECTOR ID             delete a Task                 exit 1: no such Task\n"
     "  copy FROM TO               copy every Task (owner and tenant kept); safe to re-run\n"
     "                             exit 1: some records could not be read (each reported)\n"
@@ -146,16 +156,32 @@ std::string not_a2a_task(const Task &t) {
   return "";
 }
 
+// A progress bar on stderr when it is a terminal: done/total, the rate
+// (Tasks/s, since the start) and the time left at that rate.
 class Progress {
  public:
-  explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
+  explicit Progress(uint64_t total)
+      : total_(total), tty_(::isatty(2) == 1), start_(std::chrono::steady_clock::now()) {}
   void step(uint64_t done) {
     if (!tty_ || (done % 64 != 0 && done != total_)) return;
     const int width = 30;
     int filled = total_ == 0 ? width : static_cast<int>(static_cast<double>(done) / static_cast<double>(total_) * width);
-    std::fprintf(stderr, "\r[%-*s] %llu/%llu", width, std::string(static_cast<size_t>(filled), '#').c_str(),
-                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    const double left = rate > 0 && total_ > done ? static_cast<double>(total_ - done) / rate : 0;
+    std::fprintf(stderr, "\r[%-*s] %llu/%llu  %.0f/s  ETA %s ", width,
+                 std::string(static_cast<size_t>(filled), '#').c_str(), static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total_), rate, duration_text(left).c_str());
     std::fflush(stderr);
+  }
+  /// "1h02m", "3m05s", "12s".
+  static std::string duration_text(double secs) {
+    const auto s = static_cast<long long>(secs + 0.5);
+    char buf[32];
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+    else std::snprintf(buf, sizeof buf, "%llds", s);
+    return buf;
   }
   void finish() {
     if (tty_) std::fprintf(stderr, "\n");
@@ -164,6 +190,7 @@ class Progress {
  private:
   uint64_t total_;
   bool tty_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 int cmd_get(const Options &o) {
@@ -176,6 +203,110 @@ int cmd_get(const Options &o) {
   }
   (void)r->task();  // a corrupt record is an error (exit 2), never printed as if sound
   std::cout << r->json << "\n";
+  // What `store put --expect-version` needs to replace exactly this version.
+  std::cerr << "version " << r->version << "\n";
+  return 0;
+}
+
+// Parses `text` as a Task an A2A server can serve; "" or why not.
+std::string parse_a2a_task(const std::string &text, Task &t) {
+  try {
+    t = Task::parse(text);
+  } catch (const InvalidTask &e) {
+    return std::string("not a valid Task: ") + e.what();
+  }
+  // The store accepts any object with an id (the seed's contract), but a
+  // Task an A2A server will serve needs what the spec requires of one.
+  if (const std::string why = not_a2a_task(t); !why.empty()) return "not a valid A2A Task: " + why;
+  return "";
+}
+
+// The SaveOptions of replacing `t` (`current`: what is stored, if any):
+// owner and tenant not given on the command line are kept.
+SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &current) {
+  SaveOptions so;
+  if (current) {
+    so.owner = current->owner;
+    so.tenant = current->tenant;
+  }
+  if (auto v = o.value("--owner")) so.owner = *v;
+  if (auto v = o.value("--tenant")) so.tenant = *v;
+  return so;
+}
+
+// Several Tasks, one per line: checked first (every bad line reported, then
+// nothing saved), then saved in one transaction (save_batch) where the
+// store has them, else one by one. Default: new Tasks only; --force
+// replaces, keeping owner and tenant not given.
+int put_lines(const Options &o, const std::string &text) {
+  std::vector<Task> tasks;
+  std::vector<size_t> line_of;
+  size_t line = 0, bad = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string l = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line;
+    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
+    if (l.empty()) continue;
+    Task t;
+    if (const std::string why = parse_a2a_task(l, t); !why.empty()) {
+      std::cerr << "toolnexus store put: line " << line << ": " << why << "\n";
+      ++bad;
+      continue;
+    }
+    tasks.push_back(std::move(t));
+    line_of.push_back(line);
+  }
+  if (bad != 0) {
+    std::cerr << "toolnexus store put: " << bad << " bad line(s); nothing was saved\n";
+    return 2;
+  }
+  if (o.value("--expect-version"))
+    return usage_error("--expect-version applies to one Task; a JSON-lines stream takes --force or nothing");
+  const bool force = o.flag("--force");
+  auto s = resolve_store(o.positional[1]);
+  std::vector<BatchItem> items(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    items[i].task = &tasks[i];
+    std::optional<TaskRecord> current;
+    if (force) current = s->get(tasks[i].id());
+    items[i].options = put_options(o, current);
+    items[i].options.expected_version = force ? kAnyVersion : kNoVersion;
+  }
+  auto report = [&](size_t index, const StoreError &e) {
+    std::cerr << "toolnexus store put: line " << line_of[index] << " (Task '" << printable(tasks[index].id())
+              << "'): " << (e.code() == Status::conflict ? "a Task with this id exists (use --force to replace it)"
+                                                         : std::string(e.what()))
+              << "\n";
+  };
+  try {
+    s->save_batch(items);
+    s->close();
+    std::cout << "saved " << tasks.size() << " Task(s) in one transaction\n";
+    return 0;
+  } catch (const BatchError &e) {
+    if (e.index() < tasks.size()) report(e.index(), e);
+    else std::cerr << "toolnexus store put: " << e.what() << "\n";
+    std::cerr << "toolnexus store put: nothing was saved\n";
+    return e.code() == Status::conflict ? 1 : 2;
+  } catch (const StoreError &e) {
+    if (e.code() != Status::unsupported) throw;
+  }
+  // No transactions here (e.g. file:, one file per Task): line by line.
+  for (size_t i = 0; i < items.size(); ++i) {
+    try {
+      s->save(tasks[i], items[i].options);
+    } catch (const StoreError &e) {
+      report(i, e);
+      std::cerr << "toolnexus store put: lines before line " << line_of[i] << " were saved (" << i
+                << " Task(s)); this store saves line by line, not in one transaction; later lines were not saved\n";
+      return e.code() == Status::conflict ? 1 : 2;
+    }
+  }
+  s->close();
+  std::cout << "saved " << tasks.size() << " Task(s), one by one (the store has no transactions)\n";
   return 0;
 }
 
@@ -192,25 +323,63 @@ int cmd_put(const Options &o) {
     }
     text = read_all(f);
   }
+  if (o.flag("--force") && o.value("--expect-version"))
+    return usage_error("--force and --expect-version exclude each other");
+  std::optional<uint64_t> expect;
+  if (auto v = o.value("--expect-version")) {
+    try {
+      size_t used = 0;
+      if (v->empty() || (*v)[0] < '0' || (*v)[0] > '9') throw std::invalid_argument("not a number");
+      expect = std::stoull(*v, &used);
+      if (used != v->size() || *expect == 0) throw std::invalid_argument("junk");
+    } catch (const std::exception &) {
+      return usage_error("--expect-version needs the version `store get` printed (a whole number >= 1), got '" +
+                         *v + "'");
+    }
+  }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   Task t;
-  try {
-    t = Task::parse(text);
-  } catch (const InvalidTask &e) {
-    std::cerr << "toolnexus store put: not a valid Task: " << e.what() << "\n";
-    return 2;
+  std::string why = parse_a2a_task(text, t);
+  if (!why.empty() && text.find('\n') != std::string::npos) {
+    // Not one JSON document: a JSON-lines stream, unless the first line is
+    // a whole Task only (then the lines are the import).
+    Task first;
+    const std::string first_line = text.substr(0, text.find('\n'));
+    try {
+      first = Task::parse(first_line);
+      return put_lines(o, text);
+    } catch (const InvalidTask &) {
+    }
   }
-  // The store accepts any object with an id (the seed's contract), but a
-  // Task an A2A server will serve needs what the spec requires of one.
-  if (const std::string why = not_a2a_task(t); !why.empty()) {
-    std::cerr << "toolnexus store put: not a valid A2A Task: " << why << "\n";
+  if (!why.empty()) {
+    std::cerr << "toolnexus store put: " << why << "\n";
     return 2;
   }
   auto s = resolve_store(o.positional[1]);
-  SaveOptions so;
-  if (auto v = o.value("--owner")) so.owner = *v;
-  if (auto v = o.value("--tenant")) so.tenant = *v;
-  s->save(t, so);
+  const std::optional<TaskRecord> current = s->get(t.id());
+  SaveOptions so = put_options(o, current);
+  if (o.flag("--force")) {
+    so.expected_version = current ? current->version : kNoVersion;  // owner/tenant from what it replaces
+  } else if (expect) {
+    so.expected_version = *expect;
+  } else {
+    so.expected_version = kNoVersion;
+  }
+  try {
+    s->save(t, so);
+  } catch (const StoreError &e) {
+    if (e.code() != Status::conflict) throw;
+    const std::optional<TaskRecord> now = s->get(t.id());
+    std::cerr << "toolnexus store put: Task '" << printable(t.id()) << "' ";
+    if (!now) std::cerr << "does not exist (any more); nothing written\n";
+    else if (expect)
+      std::cerr << "changed since it was read: it is at version " << now->version << ", not " << *expect
+                << "; nothing written (`store get` it again)\n";
+    else
+      std::cerr << "exists (version " << now->version << "); nothing written: pass --expect-version " << now->version
+                << " (the version `store get` printed) to replace it, or --force\n";
+    return 1;
+  }
   s->close();
   std::cout << t.id() << "\n";
   return 0;
@@ -241,15 +410,32 @@ int cmd_list(const Options &o) {
     if (limit == 0) return usage_error("--limit must be at least 1");
   }
   const bool json = o.flag("--json");
+  // The table needs the index fields only: no Task bytes are read.
+  q.omit_json = !json;
+  // An unreadable record is reported and skipped, not the end of the list.
+  q.deliver_corrupt = true;
   auto s = resolve_store(o.positional[1], kInspect);
-  uint64_t n = 0;
+  uint64_t n = 0, skipped = 0;
   for (;;) {
     if (n >= limit) break;
     if (limit - n < q.page_size) q.page_size = static_cast<uint32_t>(limit - n);
     ListPage p = s->list(q);
     for (const auto &r : p.records) {
+      std::string why = r.version == 0 ? (r.problem.empty() ? std::string("unreadable") : r.problem) : "";
+      if (why.empty() && json) {
+        try {
+          (void)r.task();
+        } catch (const std::exception &e) {
+          why = e.what();
+        }
+      }
+      if (!why.empty()) {
+        ++skipped;
+        std::cerr << "toolnexus store list: skipped unreadable record '" << printable(r.id) << "': " << printable(why)
+                  << "\n";
+        continue;
+      }
       if (json) {
-        (void)r.task();
         std::cout << r.json << "\n";
       } else {
         std::cout << r.id << "\t" << (r.state.empty() ? "-" : r.state) << "\t" << time_text(r.status_time_us) << "\t"
@@ -260,7 +446,7 @@ int cmd_list(const Options &o) {
     if (p.next_cursor.empty()) break;
     q.cursor = std::move(p.next_cursor);
   }
-  return 0;
+  return skipped == 0 ? 0 : 1;
 }
 
 int cmd_rm(const Options &o) {
@@ -350,7 +536,8 @@ int cmd_check(const Options &o) {
 }  // namespace
 
 int run_store(int argc, char **argv) {
-  Options o(argc, argv, {"--json"}, {"--context-id", "--state", "--owner", "--tenant", "--limit"});
+  Options o(argc, argv, {"--json", "--force"},
+            {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version"});
   if (o.help) {
     std::cout << kHelp;
     return 0;

@@ -7,25 +7,29 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace toolnexus::conformance {
 namespace {
 
-#define TNX_STR2(x) #x
-#define TNX_STR(x) TNX_STR2(x)
-/// Throws Failure("file:line: <what>") when `cond` is false.
-#define EXPECT(cond, what)                                                                   \
-  do {                                                                                       \
-    if (!(cond))                                                                             \
-      throw Failure(std::string("conformance.cpp:" TNX_STR(__LINE__) ": expected " #cond ": ") + \
-                    (what));                                                                 \
+/// Throws Failure("expected <cond>: <what>") when `cond` is false. The
+/// message stands on its own (the runner prefixes the rule's name and its
+/// description); it cites no source file, which is not installed.
+#define EXPECT(cond, what)                                                    \
+  do {                                                                        \
+    if (!(cond)) throw Failure(std::string("expected " #cond ": ") + (what)); \
   } while (0)
 
 std::string q(const std::string &s) { return "'" + s + "'"; }
@@ -455,6 +459,306 @@ void read_only_rule(const StoreFactory &fresh) {
   }
 }
 
+// ABI 1.3 count: for every filter combination the number list delivers over
+// all pages, kept right across overwrites that move a Task between groups
+// (state, owner, tenant, contextId) and across deletes.
+void count_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  const char *states[] = {"working", "completed", "input-required"};
+  const char *owners[] = {"alice", "bob", ""};
+  const char *tenants[] = {"t1", ""};
+  int n = 0;
+  for (int i = 0; i < 30; ++i) {
+    SaveOptions o;
+    o.owner = owners[i % 3];
+    o.tenant = tenants[(i / 3) % 2];
+    s->save(make_task("n" + std::to_string(i), "ctx" + std::to_string(i % 4), states[(i / 2) % 3], 10 + i), o);
+    ++n;
+  }
+  // Overwrites that move Tasks between every kind of group, and deletes.
+  for (int i = 0; i < 6; ++i) {
+    SaveOptions o;
+    o.owner = owners[(i + 1) % 3];
+    o.tenant = tenants[i % 2];
+    s->save(make_task("n" + std::to_string(i), "ctx" + std::to_string((i + 1) % 4), states[i % 3], 100 + i), o);
+  }
+  s->remove("n7");
+  s->remove("n8");
+  std::vector<ListQuery> queries;
+  queries.emplace_back();
+  for (const char *st : states) {
+    ListQuery q;
+    q.state = st;
+    queries.push_back(q);
+  }
+  for (const char *ow : owners)
+    for (const char *te : tenants) {
+      ListQuery q;
+      q.owner = ow;
+      q.tenant = te;
+      queries.push_back(q);
+      q.state = "working";
+      queries.push_back(q);
+      q.context_id = "ctx1";
+      queries.push_back(q);
+    }
+  {
+    ListQuery q;
+    q.owner = "alice";
+    queries.push_back(q);
+    q = {};
+    q.tenant = "";
+    queries.push_back(q);
+    q = {};
+    q.context_id = "ctx2";
+    queries.push_back(q);
+    q.state = "completed";
+    queries.push_back(q);
+    q = {};
+    q.context_id = "none";
+    queries.push_back(q);
+    q = {};
+    q.after_us = (1767225600LL + 20) * 1000000LL;
+    queries.push_back(q);
+    q.before_us = (1767225600LL + 102) * 1000000LL;
+    queries.push_back(q);
+    q.owner = "bob";
+    queries.push_back(q);
+    q = {};
+    q.before_us = (1767225600LL + 15) * 1000000LL;
+    queries.push_back(q);
+  }
+  for (ListQuery q : queries) {
+    q.page_size = 7;
+    const uint64_t want = list_all(*s, q).size();
+    const uint64_t got = s->count(q);
+    std::string what = "count(";
+    if (q.context_id) what += " contextId=" + q.context_id.value();
+    if (q.state) what += " state=" + q.state.value();
+    if (q.owner) what += " owner=" + q.owner.value();
+    if (q.tenant) what += " tenant=" + q.tenant.value();
+    if (q.after_us) what += " after";
+    if (q.before_us) what += " before";
+    what += " ) = " + std::to_string(got) + " but list delivers " + std::to_string(want);
+    EXPECT(got == want, what);
+  }
+  ListQuery all;
+  EXPECT(s->count(all) == static_cast<uint64_t>(n - 2), "count of everything after 2 deletes");
+  ListQuery withcursor;
+  withcursor.page_size = 3;
+  withcursor.cursor = s->list(withcursor).next_cursor;
+  EXPECT(s->count(withcursor) == static_cast<uint64_t>(n - 2), "count must ignore the cursor and page size");
+  auto e = fresh();
+  EXPECT(e->count(ListQuery{}) == 0, "an empty store counts 0");
+}
+
+// ABI 1.3 save_batch: all or nothing; a later item sees an earlier one of
+// the same id; the failing item is named. A store without batches
+// (unsupported) skips the rule.
+void save_batch_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  const uint64_t v0 = s->save(make_task("sb0", "c", "working", 1));
+  Task a = make_task("sb1", "c", "submitted", 2), b = make_task("sb1", "c", "working", 3),
+       c = make_task("sb0", "c", "completed", 4);
+  std::vector<BatchItem> items(3);
+  items[0].task = &a;
+  items[0].options.expected_version = kNoVersion;
+  items[1].task = &b;
+  items[2].task = &c;
+  items[2].options.expected_version = v0;
+  items[2].options.owner = "alice";
+  std::vector<uint64_t> vs;
+  try {
+    vs = s->save_batch(items);
+  } catch (const StoreError &e) {
+    if (e.code() == Status::unsupported) throw Skipped("the store saves no batches (save_batch unsupported)");
+    throw;
+  }
+  EXPECT(vs.size() == 3, "save_batch returned " + std::to_string(vs.size()) + " versions for 3 items");
+  EXPECT(vs[1] > vs[0], "the second save of an id in a batch must get a greater version");
+  auto r = s->get("sb1");
+  EXPECT(r && r->state == "working" && r->version == vs[1], "the batch's last save of sb1 is not what is stored");
+  r = s->get("sb0");
+  EXPECT(r && r->state == "completed" && r->version == vs[2] && r->owner == "alice", "CAS item of the batch");
+  // A stale item in the middle: nothing written, that item named.
+  Task d = make_task("sb2", "c", "working", 5), e = make_task("sb0", "c", "failed", 6), f = make_task("sb3", "c", "working", 7);
+  std::vector<BatchItem> bad(3);
+  bad[0].task = &d;
+  bad[1].task = &e;
+  bad[1].options.expected_version = v0;  // stale
+  bad[2].task = &f;
+  bool threw = false;
+  try {
+    s->save_batch(bad);
+  } catch (const BatchError &x) {
+    threw = true;
+    EXPECT(x.code() == Status::conflict, std::string("stale item: ") + status_name(x.code()) + ": " + x.what());
+    EXPECT(x.index() == 1, "the failing item is index 1, got " + std::to_string(x.index()));
+  }
+  EXPECT(threw, "a batch with a stale compare-and-set was accepted");
+  EXPECT(!s->get("sb2") && !s->get("sb3"), "a failed batch wrote some of its items");
+  EXPECT(s->get("sb0")->state == "completed", "a failed batch changed a stored Task");
+}
+
+// ABI 1.2 TNX_OPEN_READ_ONLY at the plugin, not only at the host: (1) a
+// read-only open of a location where nothing is stored creates nothing
+// (not found, or an empty store; the directory holding it stays empty);
+// (2) the plugin itself, called through its vtable, refuses save and
+// delete on a read-only store with TNX_EUNSUPPORTED and changes nothing.
+// (The host refuses writes through a read-only store whatever the plugin
+// does, so only a direct call shows a plugin that ignores the flag.)
+void read_only_plugin_rule(const StoreFactory &fresh) {
+  auto s = fresh();
+  const StoreInfo info = s->info();
+  if ((info.capabilities & TNX_CAP_PERSISTENT) == 0) throw Skipped("the store is not persistent");
+  if (fresh.can_open_virgin()) {
+    std::string where;
+    OpenOptions ro;
+    ro.read_only = true;
+    std::shared_ptr<TaskStore> v;
+    try {
+      v = fresh.virgin(ro, where);
+    } catch (const StoreError &e) {
+      EXPECT(e.code() == Status::not_found,
+             std::string("a read-only open of a fresh location failed with ") + status_name(e.code()) + ": " + e.what());
+    }
+    if (v) {
+      EXPECT(v->list(ListQuery{}).records.empty(), "a read-only open of a fresh location lists Tasks");
+      v->close();
+    }
+    if (!where.empty()) {
+      std::error_code ec;
+      std::vector<std::string> made;
+      for (const auto &e : std::filesystem::recursive_directory_iterator(where, ec)) made.push_back(e.path().string());
+      EXPECT(made.empty(), "a read-only open created " + join(made) + " (TNX_OPEN_READ_ONLY: create nothing)");
+    }
+  }
+  const std::string selector = fresh.last_selector();
+  if (info.plugin_path.empty() || info.plugin_path[0] == '<' || selector.empty())
+    throw Skipped("no plugin file or selector to call the plugin directly");
+  Task t = make_task("ro-raw", "c", "working", 3);
+  s->save(t);
+  s->close();
+  void *lib = ::dlopen(info.plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT(lib != nullptr, "cannot dlopen the plugin " + info.plugin_path);
+  auto entry = reinterpret_cast<tnx_plugin_entry_fn>(::dlsym(lib, TNX_PLUGIN_ENTRY_NAME));
+  const tnx_host_info host = {TNX_HEADER_INIT(tnx_host_info), "toolnexus-conformance", "0"};
+  const tnx_plugin_descriptor *d = entry != nullptr ? entry(&host) : nullptr;
+  if (d == nullptr || d->header.abi_minor < 2) {
+    ::dlclose(lib);
+    throw Skipped("the plugin is older than ABI 1.2 and never sees TNX_OPEN_READ_ONLY");
+  }
+  const std::string scheme = selector.substr(0, selector.find(':'));
+  const std::string location = selector.substr(scheme.size() + 1);
+  tnx_open_args a{};
+  a.header = tnx_header(sizeof a);
+  a.scheme = tnx_str{scheme.data(), scheme.size()};
+  a.location = tnx_str{location.data(), location.size()};
+  a.selector = tnx_str{selector.data(), selector.size()};
+  a.flags = TNX_OPEN_READ_ONLY;
+  tnx_store *raw = nullptr;
+  char err[1024] = {0};
+  const tnx_status rc = d->open(&a, &raw, err, sizeof err);
+  std::string problem;
+  if (rc != TNX_OK) {
+    problem = std::string("a read-only open of the saved location failed: ") + tnx_err_name(rc) + " " + err;
+  } else {
+    const std::string json = make_task("ro-raw", "c", "failed", 4).to_json();
+    const std::string id = "ro-raw", ctx = "c", state = "failed";
+    tnx_task_record r{};
+    r.header = tnx_header(sizeof r);
+    r.id = tnx_str{id.data(), id.size()};
+    r.context_id = tnx_str{ctx.data(), ctx.size()};
+    r.state = tnx_str{state.data(), state.size()};
+    r.status_time_us = make_task("ro-raw", "c", "failed", 4).status_time_us();
+    r.task_json = tnx_str{json.data(), json.size()};
+    uint64_t v = 0;
+    const tnx_status sr = d->vtable->save(raw, &r, TNX_VERSION_ANY, &v, err, sizeof err);
+    const tnx_status dr = d->vtable->del(raw, r.id, TNX_VERSION_ANY, err, sizeof err);
+    if (sr != TNX_EUNSUPPORTED)
+      problem = std::string("save on a store opened with TNX_OPEN_READ_ONLY returned ") + tnx_err_name(sr) +
+                ", not TNX_EUNSUPPORTED (the plugin ignores read-only opens)";
+    else if (dr != TNX_EUNSUPPORTED)
+      problem = std::string("delete on a store opened with TNX_OPEN_READ_ONLY returned ") + tnx_err_name(dr) +
+                ", not TNX_EUNSUPPORTED (the plugin ignores read-only opens)";
+    d->vtable->close(raw, err, sizeof err);
+  }
+  ::dlclose(lib);
+  EXPECT(problem.empty(), problem);
+  auto w = fresh.reopen(OpenOptions{});
+  auto got = w->get("ro-raw");
+  EXPECT(got && got->state == "working", "a write refused on a read-only store changed the Task");
+}
+
+// The defined symbols of the dynamic symbol table (.dynsym) of the ELF
+// shared object at `path`; throws Failure when it cannot be read.
+std::vector<std::string> exported_symbols(const std::string &path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Failure("cannot open the plugin file " + path);
+  struct stat st {};
+  std::string data;
+  if (::fstat(fd, &st) == 0) {
+    data.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < data.size()) {
+      const ssize_t n = ::read(fd, &data[got], data.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    data.resize(got);
+  }
+  ::close(fd);
+  auto bad = [&](const char *why) { return Failure("the plugin file " + path + " " + why); };
+  if (data.size() < sizeof(Elf64_Ehdr) || data.compare(0, 4, ELFMAG) != 0) throw bad("is not an ELF file");
+  if (data[EI_CLASS] != ELFCLASS64) throw bad("is not a 64-bit ELF file (this check reads ELF64)");
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, data.data(), sizeof eh);
+  if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+      eh.e_shoff + uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > data.size())
+    throw bad("has no readable section headers");
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  std::memcpy(sh.data(), data.data() + eh.e_shoff, sh.size() * sizeof(Elf64_Shdr));
+  std::vector<std::string> out;
+  for (const Elf64_Shdr &s : sh) {
+    if (s.sh_type != SHT_DYNSYM) continue;
+    if (s.sh_link >= sh.size() || s.sh_offset + s.sh_size > data.size()) throw bad("has a damaged .dynsym");
+    const Elf64_Shdr &strtab = sh[s.sh_link];
+    if (strtab.sh_offset + strtab.sh_size > data.size()) throw bad("has a damaged .dynstr");
+    for (uint64_t off = 0; off + sizeof(Elf64_Sym) <= s.sh_size; off += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, data.data() + s.sh_offset + off, sizeof sym);
+      if (sym.st_shndx == SHN_UNDEF) continue;  // imported, not exported
+      const unsigned bind = ELF64_ST_BIND(sym.st_info);
+      if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) continue;
+      if (ELF64_ST_VISIBILITY(sym.st_other) != STV_DEFAULT && ELF64_ST_VISIBILITY(sym.st_other) != STV_PROTECTED)
+        continue;
+      if (sym.st_name >= strtab.sh_size) throw bad("has a damaged symbol name");
+      out.emplace_back(data.c_str() + strtab.sh_offset + sym.st_name);
+    }
+  }
+  return out;
+}
+
+// A plugin exports exactly one symbol, the entry function (ABI rule "one
+// export": build with hidden visibility and a version script). Everything
+// else it exports can clash with the host's or another plugin's symbols.
+void one_export_rule(const StoreFactory &fresh) {
+  const StoreInfo info = fresh()->info();
+  if (info.plugin_path.empty() || info.plugin_path[0] == '<') throw Skipped("not a plugin loaded from a file");
+  std::vector<std::string> syms = exported_symbols(info.plugin_path);
+  std::vector<std::string> extra;
+  for (const auto &n : syms)
+    if (n != TNX_PLUGIN_ENTRY_NAME) extra.push_back(n);
+  std::string shown;
+  for (size_t i = 0; i < extra.size() && i < 8; ++i) shown += (i ? ", " : "") + extra[i];
+  if (extra.size() > 8) shown += ", ...";
+  EXPECT(extra.empty(), std::to_string(syms.size()) + " exported symbols in " + info.plugin_path + ", not only " +
+                            TNX_PLUGIN_ENTRY_NAME + " (" + shown +
+                            "): build with -fvisibility=hidden and a linker version script exporting only the entry");
+  EXPECT(syms.size() == 1, std::string("the entry function ") + TNX_PLUGIN_ENTRY_NAME + " is not exported by " +
+                               info.plugin_path);
+}
+
 void info_rule(const StoreFactory &fresh) {
   auto s = fresh();
   StoreInfo i = s->info();
@@ -482,6 +786,10 @@ const std::vector<Rule> kRules = {
     {"close", "through the host, close is idempotent and a closed store refuses calls (a plugin's close runs once)", closed_store},
     {"info", "info() names the scheme and only known capability bits", info_rule},
     {"read-only-open", "a read-only open reads what is stored and refuses every write (ABI 1.2)", read_only_rule},
+    {"count", "count equals what list delivers over all pages for every filter, across moves and deletes (ABI 1.3)", count_rule},
+    {"save-batch", "save_batch stores all items or none and names the failing one (ABI 1.3)", save_batch_rule},
+    {"read-only-plugin", "the plugin itself honours TNX_OPEN_READ_ONLY: creates nothing, refuses save and delete (ABI 1.2)", read_only_plugin_rule},
+    {"one-export", "the plugin file exports only the entry function (ELF dynamic symbol table)", one_export_rule},
 };
 
 std::mutex g_tmp_mu;
@@ -517,7 +825,7 @@ std::vector<Result> run(const StoreFactory &fresh, const std::string &filter) {
 
 StoreFactory selector_factory(std::string selector_template, PluginRegistry &registry) {
   auto last = std::make_shared<std::string>();
-  auto make = [tmpl = std::move(selector_template), &registry, last]() {
+  auto make = [tmpl = selector_template, &registry, last]() {
     std::string sel = tmpl;
     if (sel.find("{unique}") != std::string::npos) {
       // Process-wide, so tokens never repeat across factories of one run.
@@ -544,7 +852,33 @@ StoreFactory selector_factory(std::string selector_template, PluginRegistry &reg
     if (last->empty()) throw std::logic_error("reopen before any store was made");
     return resolve_store(*last, options, registry);
   };
-  return StoreFactory(std::move(make), std::move(reopen));
+  // A location never made: a fresh {tmp} (watched for what an open
+  // creates) or a fresh {unique}.
+  StoreFactory::Virgin virgin;
+  if (selector_template.find("{tmp}") != std::string::npos || selector_template.find("{unique}") != std::string::npos)
+    virgin = [tmpl = selector_template, &registry](const OpenOptions &options, std::string &where) {
+      std::string sel = tmpl;
+      static std::atomic<unsigned> counter{0};
+      const std::string token = "v" + std::to_string(::getpid()) + "_" + std::to_string(++counter);
+      for (size_t p; (p = sel.find("{unique}")) != std::string::npos;) sel.replace(p, 8, token);
+      where.clear();
+      if (sel.find("{tmp}") != std::string::npos) {
+        std::string pattern = (std::filesystem::temp_directory_path() / "tnx-conformance-XXXXXX").string();
+        if (mkdtemp(pattern.data()) == nullptr) throw Failure("mkdtemp failed");
+        {
+          std::lock_guard l(g_tmp_mu);
+          g_tmp_dirs.emplace_back(pattern);
+        }
+        // The store's location inside it (e.g. file:{tmp}/store), so that
+        // creating the location itself shows.
+        for (size_t p; (p = sel.find("{tmp}")) != std::string::npos;) sel.replace(p, 5, pattern + "/fresh");
+        where = pattern;
+      }
+      return resolve_store(sel, options, registry);
+    };
+  StoreFactory f(std::move(make), std::move(reopen), std::move(virgin));
+  f.with_selector([last] { return *last; });
+  return f;
 }
 
 void cleanup_temp_dirs() {

@@ -33,9 +33,17 @@ class StoreFactory {
   /// From any callable returning std::shared_ptr<TaskStore> (a lambda).
   template <class F, class = std::enable_if_t<std::is_invocable_r_v<std::shared_ptr<TaskStore>, F &>>>
   StoreFactory(F make) : make_(std::move(make)) {}  // NOLINT: implicit on purpose
+  /// Opens a location where no store has been made yet with `options`
+  /// (for the read-only rules); `where` receives a directory that holds the
+  /// location, or "" when there is none to watch.
+  using Virgin = std::function<std::shared_ptr<TaskStore>(const OpenOptions &, std::string &where)>;
+
   /// With a reopen function: `reopen(options)` opens the location of the
   /// store `make` made last.
   StoreFactory(Make make, Reopen reopen) : make_(std::move(make)), reopen_(std::move(reopen)) {}
+  /// With a reopen and a virgin-location function.
+  StoreFactory(Make make, Reopen reopen, Virgin virgin)
+      : make_(std::move(make)), reopen_(std::move(reopen)), virgin_(std::move(virgin)) {}
 
   /// A fresh, empty store.
   std::shared_ptr<TaskStore> operator()() const { return make_(); }
@@ -48,10 +56,28 @@ class StoreFactory {
     if (!reopen_) throw std::logic_error("this store factory cannot reopen a location");
     return reopen_(options);
   }
+  /// The selector of the last store made, when the factory knows it ("").
+  std::string last_selector() const { return selector_ ? selector_() : std::string(); }
+  /// Sets where last_selector() comes from.
+  StoreFactory &with_selector(std::function<std::string()> f) {
+    selector_ = std::move(f);
+    return *this;
+  }
+  /// True when virgin() is available.
+  bool can_open_virgin() const noexcept { return static_cast<bool>(virgin_); }
+  /// A location where nothing was ever stored, opened with `options`; may
+  /// throw what opening throws (StoreError(not_found) for a read-only open
+  /// of a location that does not exist).
+  std::shared_ptr<TaskStore> virgin(const OpenOptions &options, std::string &where) const {
+    if (!virgin_) throw std::logic_error("this store factory cannot open a fresh location");
+    return virgin_(options, where);
+  }
 
  private:
   Make make_;
   Reopen reopen_;
+  Virgin virgin_;
+  std::function<std::string()> selector_;
 };
 
 /// Thrown by a rule that does not apply (e.g. needs reopen()); the result

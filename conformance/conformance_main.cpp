@@ -1,7 +1,7 @@
 // toolnexus-conformance: runs the shared conformance suite against any store
 // selector, so a third-party plugin is held to the same contract as ours.
 //
-//   toolnexus-conformance [--plugin-dir DIR]... [--rule SUBSTRING] [--list] SELECTOR
+//   toolnexus-conformance [--plugin-dir DIR]... [--allow-insecure-plugins] [--rule SUBSTRING] [--list] SELECTOR
 //
 // SELECTOR may contain "{tmp}", replaced by a fresh temporary directory for
 // every store a rule opens (e.g. "file:{tmp}", "sqlite:{tmp}/t.db"), and
@@ -17,7 +17,10 @@
 
 namespace {
 void usage(std::ostream &os) {
-  os << "usage: toolnexus-conformance [--plugin-dir DIR]... [--rule SUBSTRING] [--list] SELECTOR\n"
+  os << "usage: toolnexus-conformance [--plugin-dir DIR]... [--allow-insecure-plugins] [--rule SUBSTRING] [--list]\n"
+        "                             SELECTOR\n"
+        "  --allow-insecure-plugins: load plugins from group/other-writable or foreign-owned\n"
+        "  files and directories (as toolnexus serve; symlinks must still stay inside).\n"
         "  Runs the TaskStore conformance rules against SELECTOR; \"{tmp}\" in it becomes a\n"
         "  fresh temporary directory for each store (e.g. file:{tmp}, sqlite:{tmp}/t.db);\n"
         "  \"{unique}\" a token unique to each store (postgresql://...?tnx_table=t_{unique}).\n"
@@ -37,6 +40,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (a == "--plugin-dir" && i + 1 < argc) {
       reg.add_directory(argv[++i]);
+    } else if (a == "--allow-insecure-plugins") {
+      reg.allow_insecure(true);
     } else if (a == "--rule" && i + 1 < argc) {
       filter = argv[++i];
     } else if (a == "--list") {

@@ -34,7 +34,10 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, deliver_corrupt) =
 static_assert(sizeof(void *) != 8 || sizeof(tnx_list_query) == 120);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, get) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 48);
+// ABI 1.3 appended count and save_batch; 1.0..1.2's vtable ended at 48.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, count) == 48);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, save_batch) == 56);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 64);
 static_assert(sizeof(void *) != 8 || sizeof(tnx_host_info) == 24);
 // ABI 1.2 appended flags, reserved0 and capabilities; 1.1's ended at 56.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, flags) == 56);

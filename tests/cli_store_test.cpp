@@ -10,6 +10,7 @@
 #include <rapidjson/document.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -230,6 +231,16 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   r = run({"store", "get", sel, "broken"});
   CHECK(r.code == 2);
   CHECK(r.err.find("broken.json") != std::string::npos);
+  // list skips it and says so (exit 1), instead of ending with exit 2.
+  r = run({"store", "list", sel});
+  CHECK(r.code == 1);
+  CHECK(r.out == "good\tcompleted\t2026-01-01T00:00:01.000000Z\tc\n");
+  CHECK_MESSAGE(r.err.find("skipped unreadable record 'broken': task file '" + (dir / "broken.json").string()) !=
+                    std::string::npos,
+                r.err);
+  r = run({"store", "list", sel, "--json"});
+  CHECK(r.code == 1);
+  CHECK(r.out == task_json("good", "c", "completed", 1) + "\n");
 
   // A file whose JSON is another Task's (a stray copy) is reported and never
   // copied over the real one.
@@ -324,5 +335,68 @@ TEST_CASE("copy 10,000 Tasks from file to sqlite and back, field by field") {
     q.cursor = p.next_cursor;
   }
   CHECK(count == static_cast<size_t>(n));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in one transaction") {
+  fs::path dir = temp_dir();
+  for (const std::string &sel : std::vector<std::string>{"file:" + (dir / "f").string(), "sqlite:" + (dir / "t.db").string()}) {
+    CAPTURE(sel);
+    Run r = run({"store", "put", sel, "--owner", "alice", "--tenant", "acme"}, task_json("p", "c", "working", 1));
+    REQUIRE(r.code == 0);
+    // On main a second put replaced it blindly and dropped the owner.
+    r = run({"store", "put", sel}, task_json("p", "c", "completed", 2));
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("exists (version 1)") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("--expect-version 1") != std::string::npos, r.err);
+    r = run({"store", "get", sel, "p"});
+    CHECK(r.out == task_json("p", "c", "working", 1) + "\n");
+    CHECK(r.err == "version 1\n");
+    // Replacing what was read: owner and tenant stay.
+    r = run({"store", "put", sel, "--expect-version", "1"}, task_json("p", "c", "completed", 2));
+    CHECK_MESSAGE(r.code == 0, r.err);
+    auto s = resolve_store(sel);
+    auto rec = s->get("p");
+    REQUIRE(rec.has_value());
+    CHECK(rec->state == "completed");
+    CHECK(rec->owner == "alice");
+    CHECK(rec->tenant == "acme");
+    const uint64_t v = rec->version;
+    s->close();
+    // A stale version is refused, saying what is stored now.
+    r = run({"store", "put", sel, "--expect-version", "1"}, task_json("p", "c", "failed", 3));
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("changed since it was read: it is at version " + std::to_string(v)) != std::string::npos,
+                  r.err);
+    CHECK(run({"store", "put", sel, "--expect-version", "x"}, task_json("p", "c", "failed", 3)).code == 2);
+    r = run({"store", "put", sel, "--force", "--owner", "bob"}, task_json("p", "c", "failed", 3));
+    CHECK(r.code == 0);
+    s = resolve_store(sel);
+    CHECK(s->get("p")->owner == "bob");
+    CHECK(s->get("p")->tenant == "acme");
+    s->close();
+
+    // JSON lines: every bad line named, nothing saved.
+    std::string lines;
+    for (int i = 0; i < 5000; ++i) lines += task_json("l" + std::to_string(i), "c", "completed", i) + "\n";
+    r = run({"store", "put", sel}, lines + "{\"id\":\"bad\"}\nnot json\n");
+    CHECK(r.code == 2);
+    CHECK(r.err.find("line 5001: not a valid A2A Task") != std::string::npos);
+    CHECK(r.err.find("line 5002: not a valid Task") != std::string::npos);
+    CHECK(run({"store", "get", sel, "l0"}).code == 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    r = run({"store", "put", sel}, lines);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_MESSAGE(r.code == 0, r.err);
+    MESSAGE(sel << ": 5000 Tasks put in " << secs << " s: " << r.out);
+    s = resolve_store(sel);
+    CHECK(s->count(ListQuery{}) == 5001);
+    s->close();
+    // A line whose Task exists: named, and (sqlite: one transaction) nothing saved.
+    r = run({"store", "put", sel}, task_json("new-1", "c", "working", 1) + "\n" + task_json("l7", "c", "working", 1) + "\n");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("line 2 (Task 'l7'): a Task with this id exists") != std::string::npos);
+    if (sel.rfind("sqlite:", 0) == 0) CHECK(run({"store", "get", sel, "new-1"}).code == 1);
+  }
   fs::remove_all(dir);
 }

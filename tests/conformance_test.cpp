@@ -22,7 +22,13 @@ TEST_CASE("conformance") {
       REQUIRE(!results.empty());
       for (const auto &r : results) {
         INFO(r.rule << ": " << r.message);
-        CHECK(r.passed);
+        // Rules that do not apply are skipped, saying why: save_batch is
+        // optional (ABI 1.3; file:, one file per Task, has no multi-file
+        // transaction); the read-only check needs a persistent store; the
+        // export check a plugin file (not the embedded memory store).
+        const bool may_skip = r.rule == "save-batch" || r.rule == "read-only-plugin" || r.rule == "one-export";
+        CHECK((r.passed || (r.skipped && may_skip)));
+        if (r.skipped) MESSAGE(r.rule << " skipped: " << r.message);
       }
     }
   }

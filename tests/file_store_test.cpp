@@ -157,6 +157,8 @@ class Store {
   Store(const Store &) = delete;
   Store &operator=(const Store &) = delete;
 
+  tnx_store *raw() const { return s_; }
+
   static Result open_raw(const std::string &location, tnx_store **out, uint32_t flags = 0) {
     const std::string sel = "file:" + location;
     tnx_open_args a{};
@@ -309,9 +311,14 @@ void write_file(const std::string &p, const std::string &bytes) {
   REQUIRE(out.good());
 }
 
+// The names in `dir`, without the store's own index and lock files
+// (.tnx-index, .tnx-lock), which every read-write open keeps there.
 std::set<std::string> names_in(const std::string &dir) {
   std::set<std::string> out;
-  for (const auto &e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  for (const auto &e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n != ".tnx-index" && n != ".tnx-lock") out.insert(n);
+  }
   return out;
 }
 
@@ -354,17 +361,16 @@ struct FileSizeLimit {
 
 // ===========================================================================
 
-TEST_CASE("descriptor: scheme, capabilities, one-process CAS stated") {
+TEST_CASE("descriptor: scheme, capabilities, CAS between processes stated") {
   const tnx_plugin_descriptor *d = plugin();
   CHECK(std::string(d->name) == "toolnexus-file");
   REQUIRE(d->schemes[0] != nullptr);
   CHECK(std::string(d->schemes[0]) == "file");
   CHECK(d->schemes[1] == nullptr);
   CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                            TNX_CAP_DURABLE | TNX_CAP_PERSISTENT));
-  CHECK((d->capabilities & TNX_CAP_MULTI_PROCESS) == 0);
+                            TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT));
   REQUIRE(d->description != nullptr);
-  CHECK(std::string(d->description).find("one process") != std::string::npos);
+  CHECK(std::string(d->description).find("between processes") != std::string::npos);
   REQUIRE(TNX_HAS_FIELD(d, tnx_plugin_descriptor, location_syntax));
   CHECK(std::string(d->location_syntax) == "file:<dir>");
 }
@@ -1170,4 +1176,207 @@ TEST_CASE("8 threads saving the same and different ids: no torn or lost record")
   CHECK(g.rec.version == uint64_t(kThreads * kIncrements + 1));
   CHECK_FALSE(any_temp(t.path));
   CHECK(names_in(t.path).size() == size_t(kThreads + 2));
+}
+
+// ===========================================================================
+// Several processes on one directory, crashes, the index (issue 11)
+// ===========================================================================
+
+TEST_CASE("a second read-write open never removes what a live store is writing") {
+  // Another live store's in-flight files: a temp file of a save under way,
+  // and the sidecar of a first save with an owner whose Task file is not
+  // renamed in yet. On main, the second open's clean-up deleted both.
+  TempDir t;
+  Store live(t.path);
+  REQUIRE(live.save(task("done")).rc == TNX_OK);
+  const std::string in_flight = ".tnx-" + std::to_string(::getpid()) + "-777777.tmp";
+  write_file(t / in_flight, "{\"id\":\"half");
+  write_file(t / "first.meta", "{\"owner\":\"alice\",\"tenant\":\"\"}");
+  {
+    Store second(t.path);  // what `store put`, `store rm` or a second server does
+    CHECK(second.get("done").rc == TNX_OK);
+  }
+  CHECK(fs::exists(t / in_flight));
+  CHECK(fs::exists(t / "first.meta"));
+  live.close();
+  // With no store open any more, the next open cleans up what a crash left.
+  {
+    Store alone(t.path);
+  }
+  CHECK_FALSE(fs::exists(t / in_flight));
+  CHECK_FALSE(fs::exists(t / "first.meta"));
+}
+
+TEST_CASE("compare-and-set holds between two stores (processes) on one directory") {
+  // Two open stores do not share memory, like two processes. On main each
+  // numbered versions on its own: both "won" with the same expected version
+  // (cancel then completed; approve and deny both accepted).
+  TempDir t;
+  Store a(t.path);
+  Store b(t.path);
+  Result first = a.save(task("x", 1, "input-required"));
+  REQUIRE(first.rc == TNX_OK);
+  Result seen_a = a.get("x"), seen_b = b.get("x");
+  REQUIRE(seen_a.rc == TNX_OK);
+  REQUIRE(seen_b.rc == TNX_OK);
+  CHECK(seen_a.rec.version == seen_b.rec.version);
+  Result approve = a.save(task("x", 2, "working", "approved"), seen_a.rec.version);
+  CHECK(approve.rc == TNX_OK);
+  Result deny = b.save(task("x", 3, "rejected", "denied"), seen_b.rec.version);
+  CHECK(deny.rc == TNX_ECONFLICT);
+  Result now = b.get("x");
+  REQUIRE(now.rc == TNX_OK);
+  CHECK(now.rec.state == "working");
+  CHECK(now.rec.version == approve.version);
+  // A delete through one store is seen by the other, and numbering goes on.
+  CHECK(b.del("x", approve.version).rc == TNX_OK);
+  CHECK(a.get("x").rc == TNX_ENOTFOUND);
+  Result again = a.save(task("x", 4), TNX_VERSION_NONE);
+  REQUIRE(again.rc == TNX_OK);
+  CHECK(again.version > approve.version);
+  // list and count of each store see the other's writes.
+  REQUIRE(b.save(task("y", 5)).rc == TNX_OK);
+  CHECK(a.list_all().size() == 2);
+}
+
+TEST_CASE("several processes CAS-incrementing one Task lose no update") {
+  TempDir t;
+  {
+    Store s(t.path);
+    Task c = task("counter", 1);
+    c.json = "{\"id\":\"counter\",\"contextId\":\"ctx\",\"status\":{\"state\":\"working\","
+             "\"timestamp\":\"2024-01-01T00:00:01Z\"},\"metadata\":{\"n\":0}}";
+    REQUIRE(s.save(c).rc == TNX_OK);
+  }
+  constexpr int kProcs = 3, kEach = 20;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int bad = 0;
+      Store s(t.path);
+      for (int k = 0; k < kEach;) {
+        Result g = s.get("counter");
+        if (g.rc != TNX_OK) ::_exit(4);
+        const int n = std::atoi(g.rec.json.c_str() + g.rec.json.find("\"n\":") + 4);
+        Task c = task("counter", 1);
+        c.json = "{\"id\":\"counter\",\"contextId\":\"ctx\",\"status\":{\"state\":\"working\","
+                 "\"timestamp\":\"2024-01-01T00:00:01Z\"},\"metadata\":{\"n\":" + std::to_string(n + 1) + "}}";
+        Result r = s.save(c, g.rec.version);
+        if (r.rc == TNX_OK) ++k;
+        else if (r.rc != TNX_ECONFLICT) ++bad;
+        if (bad > 0) ::_exit(5);
+      }
+      s.close();
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  Store s(t.path);
+  Result g = s.get("counter");
+  REQUIRE(g.rc == TNX_OK);
+  CHECK(g.rec.json.find("\"n\":" + std::to_string(kProcs * kEach) + "}") != std::string::npos);
+}
+
+TEST_CASE("index: kept across a crash (SIGKILL) mid-saves; rebuilt when missing or stale") {
+  TempDir t;
+  {
+    Store s(t.path);
+    for (int i = 0; i < 30; ++i) REQUIRE(s.save(task("k" + std::to_string(i), i, "completed")).rc == TNX_OK);
+  }
+  // A process killed in the middle of saving: its index may end in a torn
+  // record and its files may be ahead of the index.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    Store s(t.path);
+    for (int i = 0;; ++i) (void)s.save(task("k" + std::to_string(i % 30), 100 + i, i % 2 ? "working" : "failed"));
+  }
+  ::usleep(300 * 1000);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  auto agrees = [&](Store &s) {
+    // What list and count say is what the files say.
+    std::vector<Rec> all = s.list_all(7);
+    REQUIRE(all.size() == 30);
+    size_t working = 0;
+    for (const Rec &r : all) {
+      const std::string on_disk = slurp(t / (r.id + ".json"));
+      CHECK(r.json == on_disk);
+      if (r.state == "working") ++working;
+    }
+    tnx_list_query q = Store::query();
+    q.filter_flags = TNX_FILTER_STATE;
+    q.state = S("working");
+    uint64_t n = 0;
+    char err[256];
+    REQUIRE(plugin()->vtable->count(s.raw(), &q, &n, err, sizeof err) == TNX_OK);
+    CHECK(n == working);
+    CHECK(s.list_all(5, q).size() == working);
+  };
+  {
+    Store s(t.path);
+    agrees(s);
+    // Each Task's version still moves forward after the crash.
+    Result g = s.get("k3");
+    Result again = s.save(task("k3", 999, "completed"), g.rec.version);
+    CHECK(again.rc == TNX_OK);
+  }
+  // Missing: rebuilt from the files.
+  fs::remove(t / ".tnx-index");
+  {
+    Store s(t.path);
+    agrees(s);
+  }
+  CHECK(fs::exists(t / ".tnx-index"));
+  // Stale: a Task file written behind the store's back while it was closed
+  // (the seed's own program, an editor) is seen at the next open.
+  write_file(t / "k40.json", task("k40", 5000, "working").json);
+  fs::remove(t / "k0.json");
+  {
+    Store s(t.path, TNX_OPEN_READ_ONLY);
+    std::vector<Rec> all = s.list_all();
+    CHECK(all.size() == 30);
+    CHECK(all.front().id == "k40");
+  }
+  Store s(t.path);
+  CHECK(s.get("k40").rc == TNX_OK);
+  CHECK(s.get("k0").rc == TNX_ENOTFOUND);
+}
+
+TEST_CASE("a zero-byte or damaged task file is one bad record, not a broken list") {
+  TempDir t;
+  {
+    Store s(t.path);
+    REQUIRE(s.save(task("a", 10)).rc == TNX_OK);
+    REQUIRE(s.save(task("b", 20)).rc == TNX_OK);
+  }
+  write_file(t / "zero.json", "");
+  {
+    Store s(t.path);
+    // Without deliver_corrupt the list still says so (never silent)...
+    CHECK(s.list(Store::query()).rc == TNX_ECORRUPT);
+    // ...with it, the sound records and the bad one with why.
+    tnx_list_query q = Store::query();
+    q.deliver_corrupt = 1;
+    std::vector<Rec> all = s.list_all(1000, q);
+    REQUIRE(all.size() == 3);
+    CHECK(all[0].id == "b");
+    CHECK(all[2].id == "zero");
+    CHECK(all[2].version == 0);
+    CHECK(all[2].problem.find("zero.json") != std::string::npos);
+    // Counted are the sound ones.
+    tnx_list_query cq = Store::query();
+    uint64_t n = 0;
+    char err[256];
+    REQUIRE(plugin()->vtable->count(s.raw(), &cq, &n, err, sizeof err) == TNX_OK);
+    CHECK(n == 2);
+  }
 }

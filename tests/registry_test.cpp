@@ -83,6 +83,24 @@ TEST_CASE("a plugin built against ABI 1.0 (smaller descriptor) still loads") {
   }
   auto store = resolve_store("oldabi:x", *r);
   CHECK(store->list(ListQuery{}).records.empty());
+  // Its vtable has no count (ABI 1.3): the host counts by listing.
+  CHECK(store->count(ListQuery{}) == 0);
+  // No save_batch either: the host says so, and the caller saves one by one.
+  Task t = Task::parse(R"({"id":"b","contextId":"c","status":{"state":"working"}})");
+  BatchItem item;
+  item.task = &t;
+  try {
+    store->save_batch({item});
+    FAIL("save_batch on a store without batches did not throw");
+  } catch (const StoreError &e) {
+    CHECK(e.code() == Status::unsupported);
+  }
+}
+
+TEST_CASE("ABI 1.3 count: the host asks a plugin that has one") {
+  auto r = isolated({kFixtures / "good"});
+  auto store = resolve_store("fixture:x", *r);
+  CHECK(store->count(ListQuery{}) == 7);  // the fixture's count, not the empty list
 }
 
 TEST_CASE("ABI 1.2 open: read-only flag reaches the plugin, writes are refused by the host") {
@@ -295,8 +313,29 @@ TEST_CASE("guard rails: symlinks must stay inside the plugin directory") {
   CHECK(has_scheme(*r2, "fixture"));  // through the link; the file in real/ itself is not scanned
   auto plugins = r2->plugins();
   CHECK(std::count_if(plugins.begin(), plugins.end(), [](auto &p) { return p.name == "fixture"; }) == 1);
+
+  // Into a world-writable subdirectory: anyone could replace the library.
+  fs::path dir3 = fresh_dir();
+  fs::create_directories(dir3 / "open" / "deep");
+  fs::copy_file(kGood, dir3 / "open" / "deep" / "libfixture.so");
+  fs::permissions(dir3 / "open", fs::perms::others_write, fs::perm_options::add);
+  fs::create_symlink("open/deep/libfixture.so", dir3 / "libvia.so");
+  auto r3 = isolated({dir3});
+  const std::string why = failure_for(*r3, "libvia.so");
+  CHECK_MESSAGE(why.find("symlink leads to") != std::string::npos, why);
+  CHECK_MESSAGE(why.find((fs::canonical(dir3) / "open").string() + " is writable by others") != std::string::npos, why);
+  CHECK_FALSE(has_scheme(*r3, "fixture"));
+  PluginRegistry lax;  // --allow-insecure-plugins turns the permission checks off
+  lax.use_environment(false);
+  lax.use_default_directory(false);
+  lax.allow_insecure(true);
+  lax.add_directory(dir3);
+  lax.load();
+  CHECK(has_scheme(lax, "fixture"));
+  fs::permissions(dir3 / "open", fs::perms::others_write, fs::perm_options::remove);
   fs::remove_all(dir);
   fs::remove_all(dir2);
+  fs::remove_all(dir3);
 }
 
 TEST_CASE("guard rails: writable by group or others, or a foreign owner, is refused unless allowed") {

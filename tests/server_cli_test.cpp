@@ -244,3 +244,43 @@ TEST_CASE("two toolnexus processes share one multi-process store: created by one
   CHECK(a.err_buf.find("settled") == std::string::npos);  // neither settled the other's Task
   CHECK(b.err_buf.find("settled") == std::string::npos);
 }
+
+TEST_CASE("--allow-insecure-plugins, which every refusal suggests, is accepted by serve and toolnexus-conformance") {
+  // A plugin directory writable by its group: refused, with the advice...
+  TempDir dir;
+  const std::filesystem::path plugins = dir.path / "plugins";
+  std::filesystem::create_directories(plugins);
+  std::filesystem::copy_file(std::string(TOOLNEXUS_TEST_FIXTURE_DIR) + "/good/libfixture_good.so",
+                             plugins / "libfixture.so");
+  std::filesystem::permissions(plugins, std::filesystem::perms::group_write, std::filesystem::perm_options::add);
+  {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--plugin-dir", plugins.string(), "--store", "fixture:x"});
+    const int st = child.wait_exit();
+    REQUIRE(st != -1);
+    CHECK(WEXITSTATUS(st) != 0);
+    CHECK_MESSAGE(child.err_buf.find("use --allow-insecure-plugins") != std::string::npos, child.err_buf);
+  }
+  // ...which serve then takes, as a flag and as a config key.
+  {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--plugin-dir", plugins.string(), "--allow-insecure-plugins",
+                 "--store", "fixture:x"});
+    url_from(child.first_stdout_line());
+    REQUIRE(::kill(child.pid, SIGTERM) == 0);
+    CHECK(child.wait_exit() != -1);
+  }
+  {
+    const std::filesystem::path config = dir.path / "serve.json";
+    std::ofstream(config) << R"({"plugin_dirs": ["plugins"], "allow_insecure_plugins": true, "a2a": {"store": "fixture:x"}})";
+    Child child({"serve", "--listen", "127.0.0.1:0", "--config", config.string()});
+    url_from(child.first_stdout_line());
+    REQUIRE(::kill(child.pid, SIGTERM) == 0);
+    CHECK(child.wait_exit() != -1);
+  }
+  // toolnexus-conformance too.
+  const std::string conf = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus-conformance";
+  const std::string cmd = "'" + conf + "' --allow-insecure-plugins --plugin-dir '" + plugins.string() +
+                          "' --rule info fixture:x >/dev/null 2>&1";
+  const int st = std::system(cmd.c_str());
+  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  std::filesystem::permissions(plugins, std::filesystem::perms::group_write, std::filesystem::perm_options::remove);
+}

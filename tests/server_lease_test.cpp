@@ -6,6 +6,8 @@
 #include "server_test_support.hpp"
 
 #include <atomic>
+#include <fstream>
+#include <mutex>
 
 using namespace tnxtest;
 using toolnexus::Task;
@@ -191,4 +193,40 @@ TEST_CASE("lease settings are checked") {
   o.lease.lease_ms = 100;
   o.lease.renew_interval_ms = 80;
   CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("at most half"), std::invalid_argument);
+}
+
+TEST_CASE("one zero-byte task file does not stop the sweep on a file: store") {
+  // On main the sweep's list failed on the bad file, every 10 s, and the
+  // orphaned Task stayed working forever.
+  TempDir dir;
+  const int64_t now = toolnexus::now_us();
+  {
+    auto store = toolnexus::resolve_store("file:" + dir.str());
+    store->save(stale_task("orphan", "working", "dead-instance", now - 1'000'000, now - 5'000'000));
+    store->close();
+  }
+  { std::ofstream zero(dir.path / "aaa-broken.json", std::ios::binary | std::ios::trunc); }
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  auto store = toolnexus::resolve_store("file:" + dir.str());
+  auto o = lease_options(store);
+  o.log_level = toolnexus::LogLevel::warn;
+  o.log_sink = [lines, mu](toolnexus::LogLevel, std::string_view text) {
+    std::lock_guard<std::mutex> l(*mu);
+    lines->emplace_back(text);
+  };
+  auto server = toolnexus::serve(o);
+  CHECK(eventually([&] { return stored_state(*store, "orphan") == "failed"; }, 3000ms));
+  bool reported = false, failed_sweep = false;
+  {
+    std::lock_guard<std::mutex> l(*mu);
+    for (const auto &line : *lines) {
+      reported = reported || (line.find("skipping an unreadable record") != std::string::npos &&
+                              line.find("aaa-broken") != std::string::npos);
+      failed_sweep = failed_sweep || line.find("lease sweep failed") != std::string::npos;
+    }
+  }
+  CHECK(reported);
+  CHECK_FALSE(failed_sweep);
+  server.stop();
 }

@@ -271,6 +271,55 @@ class Store {
     return p;
   }
 
+  /// ABI 1.3 count of `q`'s filters; the count in res.version.
+  Res count(const Query &q) {
+    tnx_list_query x{};
+    x.header = tnx_header(sizeof x);
+    x.filter_flags = q.flags;
+    x.page_size = q.page;
+    x.context_id = S(q.ctx);
+    x.state = S(q.state);
+    x.owner = S(q.owner);
+    x.tenant = S(q.tenant);
+    x.after_us = q.after;
+    x.before_us = q.before;
+    char err[1024] = "";
+    Res r;
+    const bool has_count = vt().count != nullptr;
+    REQUIRE(has_count);
+    r.st = vt().count(s_, &x, &r.version, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
+  /// ABI 1.3 save_batch; versions out, failed index in `failed`.
+  Res save_batch(const std::vector<Rec> &recs, const std::vector<uint64_t> &expected,
+                 std::vector<uint64_t> *versions, uint64_t *failed) {
+    std::vector<tnx_task_record> xs(recs.size());
+    std::vector<const tnx_task_record *> ptrs;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      tnx_task_record &x = xs[i];
+      x.header = tnx_header(sizeof x);
+      x.id = S(recs[i].id);
+      x.context_id = S(recs[i].context_id);
+      x.state = S(recs[i].state);
+      x.status_time_us = recs[i].time;
+      x.owner = S(recs[i].owner);
+      x.tenant = S(recs[i].tenant);
+      x.task_json = S(recs[i].json);
+      ptrs.push_back(&x);
+    }
+    versions->assign(recs.size(), 0);
+    char err[1024] = "";
+    Res r;
+    const bool has_batch = vt().save_batch != nullptr;
+    REQUIRE(has_batch);
+    r.st = vt().save_batch(s_, ptrs.data(), expected.data(), recs.size(), versions->data(), failed, err,
+                           sizeof err);
+    r.err = err;
+    return r;
+  }
+
   /// Every page of `q` (q.page records each), concatenated.
   std::vector<Rec> list_all(Query q, int *pages = nullptr) {
     std::vector<Rec> all;
@@ -727,7 +776,7 @@ TEST_CASE("schema: fresh file gets the current version") {
   must_open(s, dir / "f.db");
   s.close();
   RawDb raw(dir / "f.db");
-  CHECK(raw.value("PRAGMA user_version") == "2");
+  CHECK(raw.value("PRAGMA user_version") == "3");
   CHECK(raw.value("PRAGMA application_id") == "1414420563");
   CHECK(raw.value("PRAGMA journal_mode") == "wal");
   CHECK(raw.value("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE "
@@ -775,7 +824,7 @@ TEST_CASE("schema: migration from schema 1 (no tenant, no version columns)") {
   s.close();
 
   RawDb raw(db);
-  CHECK(raw.value("PRAGMA user_version") == "2");
+  CHECK(raw.value("PRAGMA user_version") == "3");
   CHECK(raw.rows("SELECT name FROM pragma_table_info('tnx_tasks') ORDER BY cid") ==
         std::vector<std::string>{"id", "context_id", "state", "status_time_us", "owner",
                                  "tenant", "version", "task_json"});
@@ -787,22 +836,120 @@ TEST_CASE("schema: migration from schema 1 (no tenant, no version columns)") {
   CHECK(raw.value("PRAGMA integrity_check") == "ok");
 }
 
+TEST_CASE("schema 3: counters follow every write, also by hand, and a schema 2 file is migrated") {
+  TempDir dir;
+  const std::string db = dir / "c.db";
+  Store s;
+  must_open(s, db);
+  for (int i = 0; i < 20; ++i)
+    must_save(s, task("c" + std::to_string(i), 100 + i, "ctx" + std::to_string(i % 3), i % 2 ? "working" : "completed",
+                      i % 4 ? "alice" : "bob", i % 5 ? "" : "acme"));
+  must_save(s, task("c0", 500, "ctx9", "failed", "carol", "acme"));  // moves between groups
+  REQUIRE(s.del("c1").st == TNX_OK);
+  auto check_all = [&](Store &st) {
+    std::vector<Query> qs(8);
+    qs[1].flags = TNX_FILTER_OWNER | TNX_FILTER_TENANT;
+    qs[1].owner = "alice";
+    qs[2].flags = TNX_FILTER_STATE;
+    qs[2].state = "working";
+    qs[3].flags = TNX_FILTER_OWNER | TNX_FILTER_TENANT | TNX_FILTER_STATE;
+    qs[3].owner = "alice";
+    qs[3].state = "completed";
+    qs[4].flags = TNX_FILTER_CONTEXT_ID;
+    qs[4].ctx = "ctx1";
+    qs[5].flags = TNX_FILTER_AFTER | TNX_FILTER_OWNER;
+    qs[5].after = 105;
+    qs[5].owner = "alice";
+    qs[6].flags = TNX_FILTER_TENANT;
+    qs[6].tenant = "acme";
+    qs[7].flags = TNX_FILTER_OWNER;
+    qs[7].owner = "carol";
+    for (const Query &q : qs) {
+      Res r = st.count(q);
+      REQUIRE_MESSAGE(r.st == TNX_OK, r.err);
+      CHECK_MESSAGE(r.version == st.list_all(q).size(), "filters " << q.flags);
+    }
+  };
+  check_all(s);
+  s.close();
+  {
+    RawDb raw(db);
+    // A write by hand goes through the triggers too.
+    raw.exec("UPDATE tnx_tasks SET state = 'canceled' WHERE id = 'c2'");
+    raw.exec("DELETE FROM tnx_tasks WHERE id = 'c3'");
+    CHECK(raw.value("SELECT sum(n) FROM tnx_counts") == "18");
+  }
+  must_open(s, db);
+  check_all(s);
+  s.close();
+  {
+    // Back to schema 2: no counters. A read-only open reads it as it is
+    // (count scans); a read-write open migrates it, filling the counters.
+    RawDb raw(db);
+    raw.exec("DROP TRIGGER tnx_tasks_count_insert; DROP TRIGGER tnx_tasks_count_update;"
+             "DROP TRIGGER tnx_tasks_count_delete; DROP TABLE tnx_counts; PRAGMA user_version = 2;");
+  }
+  Res ro = s.open(db, TNX_OPEN_READ_ONLY);
+  REQUIRE_MESSAGE(ro.st == TNX_OK, ro.err);
+  check_all(s);
+  s.close();
+  {
+    RawDb raw(db);
+    CHECK(raw.value("PRAGMA user_version") == "2");  // untouched by the read-only open
+  }
+  must_open(s, db);
+  check_all(s);
+  s.close();
+  RawDb raw(db);
+  CHECK(raw.value("PRAGMA user_version") == "3");
+  CHECK(raw.value("SELECT sum(n) FROM tnx_counts") == "18");
+}
+
+TEST_CASE("save_batch (ABI 1.3): all or nothing in one transaction, naming the failing record") {
+  TempDir dir;
+  Store s;
+  must_open(s, dir / "b.db");
+  const uint64_t v = must_save(s, task("b0"));
+  std::vector<uint64_t> versions;
+  uint64_t failed = 99;
+  // b1 twice: the second sees the first; b0 by CAS.
+  Res r = s.save_batch({task("b1"), task("b2"), task("b1", 2000), task("b0", 3000)},
+                       {TNX_VERSION_NONE, TNX_VERSION_ANY, TNX_VERSION_ANY, v}, &versions, &failed);
+  REQUIRE_MESSAGE(r.st == TNX_OK, r.err);
+  CHECK(versions[2] > versions[0]);
+  CHECK(must_get(s, "b1").time == 2000);
+  CHECK(must_get(s, "b1").version == versions[2]);
+  CHECK(must_get(s, "b0").version == versions[3]);
+  // A stale CAS in the middle: nothing of the batch is written.
+  r = s.save_batch({task("b3"), task("b0", 4000), task("b4")}, {TNX_VERSION_NONE, v, TNX_VERSION_NONE}, &versions,
+                   &failed);
+  CHECK(r.st == TNX_ECONFLICT);
+  CHECK(failed == 1);
+  CHECK_MESSAGE(contains(r.err, "'b0'"), r.err);
+  CHECK(s.get("b3", nullptr).st == TNX_ENOTFOUND);
+  CHECK(s.get("b4", nullptr).st == TNX_ENOTFOUND);
+  CHECK(must_get(s, "b0").time == 3000);
+  // The store works normally afterwards.
+  must_save(s, task("b3"));
+  CHECK(s.save_batch({}, {}, &versions, &failed).st == TNX_OK);
+}
+
 TEST_CASE("schema: a newer version is refused, naming file and both versions") {
   TempDir dir;
   const std::string db = dir / "new.db";
   {
     RawDb raw(db);
     raw.exec("CREATE TABLE tnx_tasks (id TEXT PRIMARY KEY, future BLOB);"
-             "PRAGMA application_id = 1414420563; PRAGMA user_version = 3;");
+             "PRAGMA application_id = 1414420563; PRAGMA user_version = 4;");
   }
   Store s;
   Res r = s.open(db);
   CHECK(r.st == TNX_EUNSUPPORTED);
   CHECK_MESSAGE(contains(r.err, db), r.err);
+  CHECK_MESSAGE(contains(r.err, "version 4"), r.err);
   CHECK_MESSAGE(contains(r.err, "version 3"), r.err);
-  CHECK_MESSAGE(contains(r.err, "version 2"), r.err);
   RawDb raw(db);
-  CHECK(raw.value("PRAGMA user_version") == "3");  // untouched
+  CHECK(raw.value("PRAGMA user_version") == "4");  // untouched
 
   SUBCASE("another application's database is refused too") {
     const std::string other = dir / "other.db";

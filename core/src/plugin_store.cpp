@@ -57,6 +57,8 @@ class PluginStore final : public TaskStore {
       : plugin_(std::move(plugin)),
         vt_(plugin_->descriptor->vtable),
         handle_(handle),
+        has_count_(TNX_HAS_FIELD(vt_, tnx_store_vtable, count) && vt_->count != nullptr),
+        has_batch_(TNX_HAS_FIELD(vt_, tnx_store_vtable, save_batch) && vt_->save_batch != nullptr),
         serialize_((capabilities & TNX_CAP_THREAD_SAFE) == 0),
         capabilities_(capabilities),
         read_only_(read_only),
@@ -96,14 +98,7 @@ class PluginStore final : public TaskStore {
   }
 
   ListPage list(const ListQuery &q) override {
-    tnx_list_query cq{};
-    cq.header = tnx_header(sizeof cq);
-    if (q.context_id) { cq.filter_flags |= TNX_FILTER_CONTEXT_ID; cq.context_id = cstr(*q.context_id); }
-    if (q.state) { cq.filter_flags |= TNX_FILTER_STATE; cq.state = cstr(*q.state); }
-    if (q.owner) { cq.filter_flags |= TNX_FILTER_OWNER; cq.owner = cstr(*q.owner); }
-    if (q.tenant) { cq.filter_flags |= TNX_FILTER_TENANT; cq.tenant = cstr(*q.tenant); }
-    if (q.after_us) { cq.filter_flags |= TNX_FILTER_AFTER; cq.after_us = *q.after_us; }
-    if (q.before_us) { cq.filter_flags |= TNX_FILTER_BEFORE; cq.before_us = *q.before_us; }
+    tnx_list_query cq = c_query(q);
     if (q.page_size == 0 || q.page_size > TNX_LIST_MAX_PAGE)
       throw StoreError(Status::invalid_argument,
                        "list: page size must be 1.." + std::to_string(TNX_LIST_MAX_PAGE) + ", got " +
@@ -123,6 +118,23 @@ class PluginStore final : public TaskStore {
     check(rc, err, "list");
     if (ctx.bad) fail_protocol("list delivered an invalid record");
     return std::move(ctx.page);
+  }
+
+  // The plugin's count (ABI 1.3) when its vtable has one and it does not
+  // answer unsupported; otherwise TaskStore's counting by list.
+  uint64_t count(const ListQuery &q) override {
+    if (!has_count_) return TaskStore::count(q);
+    tnx_list_query cq = c_query(q);
+    uint64_t n = 0;
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->count(handle_, &cq, &n, err, kErrCap);
+    }
+    if (rc == TNX_EUNSUPPORTED && (cq.filter_flags & ~TNX_FILTER_ALL) == 0) return TaskStore::count(q);
+    check(rc, err, "count");
+    return n;
   }
 
   StoreInfo info() const override {
@@ -169,6 +181,45 @@ class PluginStore final : public TaskStore {
     return version;
   }
 
+  std::vector<uint64_t> do_save_batch(const std::vector<TaskRecord> &recs,
+                                      const std::vector<uint64_t> &expected) override {
+    if (!has_batch_) return TaskStore::do_save_batch(recs, expected);
+    refuse_if_read_only("save");
+    std::vector<tnx_task_record> crs(recs.size());
+    std::vector<const tnx_task_record *> ptrs(recs.size());
+    for (size_t i = 0; i < recs.size(); ++i) {
+      const TaskRecord &r = recs[i];
+      tnx_task_record &cr = crs[i];
+      cr.header = tnx_header(sizeof cr);
+      cr.id = cstr(r.id);
+      cr.context_id = cstr(r.context_id);
+      cr.state = cstr(r.state);
+      cr.status_time_us = r.status_time_us;
+      cr.owner = cstr(r.owner);
+      cr.tenant = cstr(r.tenant);
+      cr.task_json = cstr(r.json);
+      ptrs[i] = &cr;
+    }
+    std::vector<uint64_t> versions(recs.size(), 0);
+    uint64_t failed = recs.size();
+    char err[kErrCap] = {0};
+    tnx_status rc;
+    {
+      Guard g(*this);
+      rc = vt_->save_batch(handle_, ptrs.data(), expected.data(), recs.size(), versions.data(), &failed, err,
+                           kErrCap);
+    }
+    if (rc == TNX_OK) return versions;
+    // Not offered (a C++ plugin without it): the caller saves one by one.
+    if (rc == TNX_EUNSUPPORTED && failed >= recs.size()) check(rc, err, "save of a batch");
+    try {
+      check(rc, err, "save of a batch");
+    } catch (const StoreError &e) {
+      throw BatchError(e.code(), e.what(), failed < recs.size() ? static_cast<size_t>(failed) : recs.size());
+    }
+    return versions;
+  }
+
  private:
   // Shared lock for calls (exclusive when the plugin is not thread-safe), so
   // close() never runs concurrently with a call.
@@ -196,6 +247,20 @@ class PluginStore final : public TaskStore {
     PluginStore &s_;
     bool done_ = false;
   };
+
+  // The C query of `q`'s filters (cursor, paging and flags left to the
+  // caller); borrows q's strings.
+  static tnx_list_query c_query(const ListQuery &q) {
+    tnx_list_query cq{};
+    cq.header = tnx_header(sizeof cq);
+    if (q.context_id) { cq.filter_flags |= TNX_FILTER_CONTEXT_ID; cq.context_id = cstr(*q.context_id); }
+    if (q.state) { cq.filter_flags |= TNX_FILTER_STATE; cq.state = cstr(*q.state); }
+    if (q.owner) { cq.filter_flags |= TNX_FILTER_OWNER; cq.owner = cstr(*q.owner); }
+    if (q.tenant) { cq.filter_flags |= TNX_FILTER_TENANT; cq.tenant = cstr(*q.tenant); }
+    if (q.after_us) { cq.filter_flags |= TNX_FILTER_AFTER; cq.after_us = *q.after_us; }
+    if (q.before_us) { cq.filter_flags |= TNX_FILTER_BEFORE; cq.before_us = *q.before_us; }
+    return cq;
+  }
 
   static int32_t on_get(void *c, const tnx_task_record *r) {
     auto *ctx = static_cast<GetCtx *>(c);
@@ -252,6 +317,8 @@ class PluginStore final : public TaskStore {
   std::shared_ptr<LoadedPlugin> plugin_;
   const tnx_store_vtable *vt_;
   tnx_store *handle_;
+  const bool has_count_;  // the vtable has a count function (ABI 1.3)
+  const bool has_batch_;  // the vtable has a save_batch function (ABI 1.3)
   const bool serialize_;
   const uint64_t capabilities_;
   const bool read_only_;

@@ -317,6 +317,19 @@ struct PluginRegistry::Impl {
                                                             target.string() + "); refused");
             continue;
           }
+          // Into a subdirectory: every directory on the way is held to the
+          // same rules as the plugin directory (a writable one lets anyone
+          // swap the library).
+          std::string why;
+          if (!allow_insecure)
+            for (fs::path d = target.parent_path(); why.empty() && d != canon_dir && inside(d, canon_dir);
+                 d = d.parent_path())
+              why = insecure(d, "directory");
+          if (!why.empty()) {
+            if (seen.insert("link:" + p.string()).second)
+              fail(p.string(), "symlink leads to " + target.string() + " through " + why);
+            continue;
+          }
         }
         if (!it->is_regular_file(sec)) continue;
         files.push_back(p);

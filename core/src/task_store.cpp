@@ -20,7 +20,25 @@ const char *status_name(Status s) noexcept {
 
 TaskStore::~TaskStore() = default;
 
-uint64_t TaskStore::save(const Task &task, const SaveOptions &opts) {
+uint64_t TaskStore::count(const ListQuery &query) {
+  ListQuery q = query;
+  q.cursor.clear();
+  q.omit_json = true;
+  q.deliver_corrupt = true;
+  q.page_size = 1000;
+  uint64_t n = 0;
+  for (;;) {
+    ListPage p = list(q);
+    // A record delivered as undecodable has version 0; a sound one never.
+    for (const TaskRecord &r : p.records) n += r.version != 0 ? 1 : 0;
+    if (p.next_cursor.empty()) return n;
+    q.cursor = std::move(p.next_cursor);
+  }
+}
+
+namespace {
+// The record of `task` with its index fields derived (throws InvalidTask).
+TaskRecord record_of(const Task &task, const SaveOptions &opts) {
   task.validate();
   TaskRecord rec;
   rec.json = task.to_json();  // throws InvalidTask on invalid UTF-8
@@ -32,7 +50,34 @@ uint64_t TaskStore::save(const Task &task, const SaveOptions &opts) {
   rec.tenant = opts.tenant;
   if (!is_valid_utf8(rec.owner) || !is_valid_utf8(rec.tenant))
     throw InvalidTask("owner and tenant must be valid UTF-8");
-  return do_save(rec, opts.expected_version);
+  return rec;
+}
+}  // namespace
+
+std::vector<uint64_t> TaskStore::save_batch(const std::vector<BatchItem> &items) {
+  std::vector<TaskRecord> recs;
+  std::vector<uint64_t> expected;
+  recs.reserve(items.size());
+  expected.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].task == nullptr) throw BatchError(Status::invalid_argument, "batch item has no Task", i);
+    try {
+      recs.push_back(record_of(*items[i].task, items[i].options));
+    } catch (const InvalidTask &e) {
+      throw BatchError(Status::invalid_argument, e.what(), i);
+    }
+    expected.push_back(items[i].options.expected_version);
+  }
+  if (items.empty()) return {};
+  return do_save_batch(recs, expected);
+}
+
+std::vector<uint64_t> TaskStore::do_save_batch(const std::vector<TaskRecord> &, const std::vector<uint64_t> &) {
+  throw StoreError(Status::unsupported, "this store saves no batches (save one by one)");
+}
+
+uint64_t TaskStore::save(const Task &task, const SaveOptions &opts) {
+  return do_save(record_of(task, opts), opts.expected_version);
 }
 
 }  // namespace toolnexus

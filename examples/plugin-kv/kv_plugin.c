@@ -1677,6 +1677,8 @@ static tnx_status kv_close(tnx_store *s, char *err, uint32_t cap) {
  * no other global state (everything else hangs off a tnx_store). */
 static const tnx_store_vtable kv_vtable = {
     TNX_HEADER_INIT(tnx_store_vtable), kv_get, kv_save, kv_del, kv_list, kv_close,
+    NULL, /* count (ABI 1.3) is optional: without it the host counts by listing */
+    NULL, /* save_batch (ABI 1.3) is optional: without it the host saves one by one */
 };
 
 static const char *const kv_schemes[] = {"kv", NULL};

@@ -33,9 +33,34 @@
 //                 Temporary file of a save in progress (name unique per
 //                 process and store: pid plus a process-wide counter, created
 //                 with O_EXCL). Stray ones left by a crash are removed when a
-//                 store opens <dir>; nothing else is removed there except
-//                 orphan sidecars (a <stem>.meta without <stem>.json, left by
-//                 a crash during the first save of a task).
+//                 store opens <dir> read-write and no other process has it
+//                 open (the process slots of .tnx-lock, below, say so): what
+//                 a live process is writing is never touched. Nothing else is
+//                 removed then except orphan sidecars (a <stem>.meta without
+//                 <stem>.json, left by a crash during the first save of a
+//                 task) and a stray .tnx-index.new.
+//   .tnx-lock     Empty; its bytes carry OFD record locks (fcntl
+//                 F_OFD_SETLK, so they work between the threads of one
+//                 process too): byte 0 the index lock (appending to or
+//                 rewriting .tnx-index), bytes 16..271 one process slot per
+//                 open read-write store (held while it is open: how many
+//                 processes have the store open), bytes 1024..5119 the write
+//                 lock of the ids hashing to that slot (held by a save or
+//                 delete from its compare-and-set check until its change is
+//                 in the index). Created by the first read-write open.
+//   .tnx-index    The index: a derived cache of every task file's index
+//                 fields, version and identity (inode, size, mtime), so that
+//                 list and count read no task file they do not deliver. An
+//                 append-only log of checksummed binary records (header,
+//                 task, delete-with-last-version, open, close with the
+//                 directory's stamp, epoch, reset), rewritten whole
+//                 (.tnx-index.new, renamed over it) when it grows past 4x its
+//                 live size; followers of the old file find a "moved" record
+//                 at its end. A torn tail (a crash) is ignored and cut off by
+//                 the next appender. Deleting it loses nothing: it is rebuilt.
+//                 The directory stays the seed's: <id>.json files alone open
+//                 as a store, and a directory written while no toolnexus
+//                 process had it open is re-indexed at the next open.
 //   anything else Ignored (README, the seed's own *.tmp files, files whose
 //                 name is not a canonical task file name as defined below).
 //
@@ -76,23 +101,46 @@
 //   A failure after the rename (directory fsync) cannot be undone: it is
 //   reported as TNX_EIO saying the change may not survive a crash.
 //
-// Versions and compare-and-set: versions are not on disk. Each open store
-// numbers them in memory (first seen on disk = 1, every save +1, kept across
-// deletes so a re-created id continues upwards). The check and the write of
-// one id run under a per-id mutex; different ids save in parallel. So CAS
-// holds between threads of one process, not between processes or between two
-// stores opened on the same directory (no TNX_CAP_MULTI_PROCESS). Reads take
-// no lock: they note the version before reading the file, so a read racing a
-// save may pair the new bytes with the previous version (a CAS save based on
-// it then conflicts), never the old bytes with a newer version.
+// Versions and compare-and-set: versions live in the index (first seen on
+// disk = 1, every save +1, a deleted id's last version kept so a re-created
+// id continues upwards). A save or delete takes its id's lock (a mutex per
+// slot and the OFD lock of that slot in .tnx-lock), reads the index (catching
+// up with what other processes appended), checks that the task file is the
+// one the index describes (same inode, size, mtime; otherwise it changed
+// behind the index, e.g. by another program or a writer that crashed between
+// rename and index append, and is read again with a new version), compares,
+// writes, appends the new entry, and releases. So compare-and-set holds
+// between threads, stores and processes (TNX_CAP_MULTI_PROCESS); different
+// ids save in parallel. Reads take no lock: get returns the bytes it read
+// only with the version whose entry names that very file, else re-checks
+// under the id's lock: never old bytes with a newer version.
+// When the index cannot be trusted at open (see below) and is rebuilt, the
+// epoch is raised: versions handed out from then on are above 2^32 x epoch,
+// so a version lost with the index's tail in a crash is never given again.
+//
+// Trusting the index at open: with other processes open (process slots
+// held), when its open/close records match their number; alone, when the
+// last process closed it cleanly and the directory's mtime/ctime/inode are
+// what that close recorded. Otherwise (a crash, files changed while no
+// process had the store open, a missing or damaged index) it is rebuilt:
+// every task file whose identity differs from its entry is read again (a
+// missing index: every file). Read-only opens trust it by the same rule and
+// otherwise build it in memory only, changing nothing. Not seen until a
+// read or the next untrusted open: a task file edited in place (not by
+// rename) while processes have the store open; list notices it when it
+// delivers the record (identity check) and re-reads it.
 //
 // Saves are checked first (TNX_EINVAL, nothing written): task_json must be a
 // Task the host would accept (an object with a non-empty string "id", string
 // contextId/status.state, RFC 3339 status.timestamp) whose id, contextId,
 // state and timestamp equal the record's, since reads re-derive them.
 //
-// list reads every task file of <dir> (and its sidecar) per call, keeps the
-// first page_size + 1 matches in list order and delivers page_size of them.
+// list walks the index in list order, takes the first page_size + 1 matches
+// and reads only the task files (and sidecars) of the page_size it delivers
+// (none with omit_json); a file found changed is re-indexed and the page
+// made again. count (ABI 1.3) answers from counters kept with the index
+// (per owner/tenant/state and per contextId); a time window walks that part
+// of the order. Corrupt files sort last (TNX_TIME_NONE) and are not counted.
 // The cursor is sdk::ListKey's "<time>.<hex id>"; for ids over ~500 bytes,
 // whose ListKey would exceed the ABI's 1024-byte cursor limit, it is
 // "<ListKey of time and the first 460 id bytes>.<sha256 hex of the id>".
@@ -100,8 +148,11 @@
 // Errors: a task file that cannot be decoded (empty, truncated, not JSON, not
 // an object, no string "id", a bad contextId/status, an "id" that is not the
 // one its name stands for, not a regular file) and an unreadable sidecar are
-// TNX_ECORRUPT naming the file; list stops on them too.
+// TNX_ECORRUPT naming the file; list stops on them when it reaches them
+// (they sort last), unless deliver_corrupt asks for them.
 #include "toolnexus/plugin.hpp"
+
+#include "../common/task_counts.hpp"
 
 #include <Poco/DigestEngine.h>
 #include <Poco/SHA2Engine.h>
@@ -117,7 +168,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <climits>
 #include <cerrno>
 #include <condition_variable>
 #include <cstddef>
@@ -125,9 +178,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -537,6 +593,377 @@ class DirSync {
   std::shared_ptr<Run> run_;
 };
 
+// ---------------------------------------------------------------------------
+// The index (.tnx-index) and the locks (.tnx-lock): see the layout comment
+// ---------------------------------------------------------------------------
+
+constexpr const char *kLockName = ".tnx-lock";
+constexpr const char *kIndexName = ".tnx-index";
+constexpr const char *kIndexNewName = ".tnx-index.new";
+constexpr const char *kIndexMagic = "toolnexus file index";
+constexpr uint64_t kIndexFormat = 1;
+// Lock bytes of .tnx-lock (OFD record locks, one byte each).
+constexpr off_t kIndexLockByte = 0;
+constexpr off_t kProcessSlotBase = 16;
+constexpr int kProcessSlots = 256;
+constexpr off_t kIdLockBase = 1024;
+constexpr size_t kIdSlots = 4096;
+
+enum RecType : uint8_t {
+  kRecHeader = 1,   // magic, format
+  kRecTask = 2,     // key, contextId, state, owner, tenant, time, version, file id, corrupt, problem
+  kRecDel = 3,      // key, its last version (a tombstone)
+  kRecOpen = 4,     // pid
+  kRecClose = 5,    // directory stamp, last
+  kRecMoved = 7,    // this file was replaced by a compacted one
+  kRecReset = 8,    // processes open now
+  kRecEpoch = 9,    // version epoch (raised by every rebuild of an index that was not trusted)
+};
+
+uint32_t crc32(std::string_view d) noexcept {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char ch : d) c = table[(c ^ ch) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+void put_u32(std::string &out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
+}
+void put_u64(std::string &out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
+}
+uint32_t get_u32(const char *p) noexcept {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// Builds one record's payload; frame() wraps it as
+// u32 length | u8 type | payload | u32 crc32(type + payload).
+class RecWriter {
+ public:
+  explicit RecWriter(RecType t) { body_.push_back(static_cast<char>(t)); }
+  RecWriter &u8(uint8_t v) {
+    body_.push_back(static_cast<char>(v));
+    return *this;
+  }
+  RecWriter &u64(uint64_t v) {
+    put_u64(body_, v);
+    return *this;
+  }
+  RecWriter &i64(int64_t v) { return u64(static_cast<uint64_t>(v)); }
+  RecWriter &str(std::string_view s) {
+    put_u32(body_, static_cast<uint32_t>(s.size()));
+    body_.append(s);
+    return *this;
+  }
+  void frame_into(std::string &out) const {
+    put_u32(out, static_cast<uint32_t>(body_.size()));
+    out += body_;
+    put_u32(out, crc32(body_));
+  }
+
+ private:
+  std::string body_;
+};
+
+// Reads a payload; ok() turns false on any overrun.
+class RecReader {
+ public:
+  explicit RecReader(std::string_view p) : p_(p) {}
+  uint8_t u8() {
+    if (p_.size() < 1) return fail<uint8_t>();
+    const auto v = static_cast<uint8_t>(p_[0]);
+    p_.remove_prefix(1);
+    return v;
+  }
+  uint64_t u64() {
+    if (p_.size() < 8) return fail<uint64_t>();
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p_[static_cast<size_t>(i)]);
+    p_.remove_prefix(8);
+    return v;
+  }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  std::string str() {
+    if (p_.size() < 4) return fail<std::string>();
+    const uint32_t n = get_u32(p_.data());
+    if (p_.size() - 4 < n) return fail<std::string>();
+    std::string s(p_.substr(4, n));
+    p_.remove_prefix(4 + static_cast<size_t>(n));
+    return s;
+  }
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  template <class T>
+  T fail() {
+    ok_ = false;
+    p_ = std::string_view();
+    return T();
+  }
+  std::string_view p_;
+  bool ok_ = true;
+};
+
+// The next framed record in data[off..]: its type and payload; returns the
+// bytes it takes, 0 when incomplete or damaged (a torn tail).
+size_t next_record(std::string_view data, size_t off, uint8_t &type, std::string_view &payload) {
+  if (data.size() - off < 9) return 0;
+  const uint32_t len = get_u32(data.data() + off);
+  if (len == 0 || len > (1u << 28) || data.size() - off - 8 < len) return 0;
+  const std::string_view body = data.substr(off + 4, len);
+  if (crc32(body) != get_u32(data.data() + off + 4 + len)) return 0;
+  type = static_cast<uint8_t>(body[0]);
+  payload = body.substr(1);
+  return 8 + static_cast<size_t>(len);
+}
+
+// What identifies the bytes of a task file: a save renames a new inode in,
+// an edit in place changes size or mtime.
+struct FileId {
+  uint64_t ino = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileId &o) const noexcept {
+    return ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
+  }
+  bool operator!=(const FileId &o) const noexcept { return !(*this == o); }
+  static FileId of(const struct stat &st) noexcept {
+    return FileId{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                  static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  }
+};
+
+// What the directory looked like when the last process closed the store.
+struct Stamp {
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  uint64_t ino = 0;
+  bool operator==(const Stamp &o) const noexcept {
+    return mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns && ino == o.ino;
+  }
+};
+
+// One indexed task file. A corrupt one has no fields (time TNX_TIME_NONE)
+// and the reason in `problem`.
+struct IEntry {
+  std::string context_id, state, owner, tenant;
+  int64_t time_us = TNX_TIME_NONE;
+  uint64_t version = 0;
+  FileId file;
+  bool corrupt = false;
+  bool unreadable = false;  // corrupt because it cannot be read (TNX_EIO), not decoded
+  std::string problem;
+};
+
+// The in-memory index: every task file of the directory by key (the Task
+// id; for a corrupt file whose id is not known, '\0' + its file name), in
+// list order, with counters. Guarded by FileStore::imu_.
+struct Index {
+  // (time, delivered id, keyed by name): list order, then names last.
+  using OKey = std::tuple<int64_t, std::string, bool>;
+  struct OOrder {
+    bool operator()(const OKey &a, const OKey &b) const noexcept {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+      if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
+      return std::get<2>(a) < std::get<2>(b);
+    }
+  };
+  std::unordered_map<std::string, IEntry> entries;
+  std::set<OKey, OOrder> order;
+  toolnexus::plugins::TaskCounts counts;
+  std::unordered_map<std::string, uint64_t> tombs;  // last version of each deleted key
+  uint64_t epoch = 0;
+  int64_t live = 0;  // processes that appended OPEN and not CLOSE, since RESET
+  bool last_is_close = false, last_close_was_last = false;
+  Stamp last_stamp;
+  bool header_ok = false;
+
+  static bool named(const std::string &key) noexcept { return !key.empty() && key[0] == '\0'; }
+  static std::string shown(const std::string &key) { return named(key) ? key.substr(1) : key; }
+  static OKey okey(const std::string &key, const IEntry &e) { return OKey{e.time_us, shown(key), named(key)}; }
+
+  void erase(const std::string &key) {
+    auto it = entries.find(key);
+    if (it == entries.end()) return;
+    order.erase(okey(key, it->second));
+    if (!it->second.corrupt)
+      counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+    entries.erase(it);
+  }
+  void put(const std::string &key, IEntry e) {
+    auto [it, fresh] = entries.try_emplace(key);
+    if (!fresh) {
+      order.erase(okey(key, it->second));
+      if (!it->second.corrupt)
+        counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+    } else if (!tombs.empty()) {
+      tombs.erase(key);
+    }
+    order.insert(okey(key, e));
+    if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
+    it->second = std::move(e);
+  }
+  // The version the next save of `key` gets: above its entry, its
+  // tombstone and everything of earlier epochs.
+  uint64_t next_version(const std::string &key) const {
+    uint64_t base = epoch << 32;
+    auto it = entries.find(key);
+    if (it != entries.end() && it->second.version > base) base = it->second.version;
+    auto t = tombs.find(key);
+    if (t != tombs.end() && t->second > base) base = t->second;
+    return base + 1;
+  }
+  // Drops `key`, keeping its last version as a tombstone.
+  void remove(const std::string &key) {
+    auto it = entries.find(key);
+    if (it == entries.end()) return;
+    uint64_t &t = tombs[key];
+    if (it->second.version > t) t = it->second.version;
+    erase(key);
+  }
+
+  // Applies one record; false when its payload is malformed.
+  bool apply(uint8_t type, std::string_view payload) {
+    RecReader r(payload);
+    last_is_close = false;
+    switch (type) {
+      case kRecHeader: {
+        const std::string magic = r.str();
+        const uint64_t format = r.u64();
+        header_ok = r.ok() && magic == kIndexMagic && format == kIndexFormat;
+        return r.ok();
+      }
+      case kRecTask: {
+        std::string key = r.str();
+        IEntry e;
+        e.context_id = r.str();
+        e.state = r.str();
+        e.owner = r.str();
+        e.tenant = r.str();
+        e.time_us = r.i64();
+        e.version = r.u64();
+        e.file.ino = r.u64();
+        e.file.size = r.u64();
+        e.file.mtime_ns = r.i64();
+        const uint8_t flags = r.u8();
+        e.corrupt = (flags & 1) != 0;
+        e.unreadable = (flags & 2) != 0;
+        e.problem = r.str();
+        if (!r.ok() || key.empty()) return false;
+        if (e.corrupt) e.time_us = TNX_TIME_NONE;
+        put(key, std::move(e));
+        return true;
+      }
+      case kRecDel: {
+        const std::string key = r.str();
+        const uint64_t v = r.u64();
+        if (!r.ok()) return false;
+        remove(key);
+        uint64_t &t = tombs[key];
+        if (v > t) t = v;
+        return true;
+      }
+      case kRecEpoch: {
+        const uint64_t v = r.u64();
+        if (v > epoch) epoch = v;
+        return r.ok();
+      }
+      case kRecOpen:
+        (void)r.u64();
+        ++live;
+        return r.ok();
+      case kRecClose:
+        last_stamp.mtime_ns = r.i64();
+        last_stamp.ctime_ns = r.i64();
+        last_stamp.ino = r.u64();
+        last_close_was_last = r.u8() != 0;
+        --live;
+        last_is_close = true;
+        return r.ok();
+      case kRecReset:
+        live = r.i64();
+        return r.ok();
+      default:
+        return true;  // kRecMoved (handled by the reader) and unknown types
+    }
+  }
+
+  static void task_record(std::string &out, const std::string &key, const IEntry &e) {
+    RecWriter(kRecTask)
+        .str(key)
+        .str(e.context_id)
+        .str(e.state)
+        .str(e.owner)
+        .str(e.tenant)
+        .i64(e.time_us)
+        .u64(e.version)
+        .u64(e.file.ino)
+        .u64(e.file.size)
+        .i64(e.file.mtime_ns)
+        .u8(static_cast<uint8_t>((e.corrupt ? 1 : 0) | (e.unreadable ? 2 : 0)))
+        .str(e.problem)
+        .frame_into(out);
+  }
+};
+
+// Takes or drops an OFD record lock on one byte of `fd`. Returns false when
+// `wait` is false and another holder has it.
+bool ofd_lock(int fd, short type, off_t byte, bool wait, const std::string &what) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = byte;
+  fl.l_len = 1;
+  while (::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0) {
+    if (errno == EINTR) continue;
+    if (!wait && (errno == EAGAIN || errno == EACCES)) return false;
+    throw Error(TNX_EIO, "cannot lock '" + what + "': " + errtext(errno));
+  }
+  return true;
+}
+
+// True when another open file description holds a lock on `byte`.
+bool ofd_held(int fd, off_t byte) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = byte;
+  fl.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return false;
+  return fl.l_type != F_UNLCK;
+}
+
+uint64_t fnv1a(std::string_view s) noexcept {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void write_all_fd(int fd, std::string_view data, const std::string &what) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(TNX_EIO, "cannot write '" + what + "': " + errtext(errno));
+    }
+    if (n == 0) throw Error(TNX_EIO, "cannot write '" + what + "': no progress");
+    done += static_cast<size_t>(n);
+  }
+}
+
 // Process-wide counter for temporary file names.
 std::atomic<uint64_t> g_temp_counter{0};
 
@@ -553,9 +980,64 @@ struct UnreadableFile : Error {
 
 class FileStore final : public toolnexus::sdk::Store {
  public:
-  FileStore(Fd dir, std::string path) : dir_(std::move(dir)), path_(std::move(path)), sync_(dir_.get()) {}
+  FileStore(Fd dir, std::string path, bool read_only)
+      : dir_(std::move(dir)),
+        path_(std::move(path)),
+        sync_(dir_.get()),
+        ro_(read_only),
+        slots_(new std::mutex[kIdSlots]) {}
 
-  // Removes stray temporary files and orphan sidecars (called once by open).
+  ~FileStore() override {
+    if (index_fd_ >= 0) ::close(index_fd_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+
+  // Opens the index (see the layout comment): takes this process's slot,
+  // loads .tnx-index, checks it can be trusted, rebuilds it otherwise,
+  // cleans up when no other process has the store open, and records the
+  // open. Read-only: creates and changes nothing; an index that cannot be
+  // trusted (or none) is rebuilt in memory only.
+  void open_index() {
+    const Stamp before = dir_stamp();
+    if (ro_) {
+      lock_fd_ = ::openat(dir_.get(), kLockName, O_RDONLY | O_CLOEXEC);
+      int others = 0;
+      if (lock_fd_ >= 0) others = live_slots();
+      std::unique_lock<std::shared_mutex> l(imu_);
+      const bool loaded = lock_fd_ >= 0 && load_file_locked();
+      if (!(loaded && trusted(before, others))) {
+        if (index_fd_ >= 0) ::close(index_fd_);
+        index_fd_ = -1;  // a snapshot of the directory, not followed
+        rebuild_locked(loaded, nullptr);
+      }
+      return;
+    }
+    lock_fd_ = ::openat(dir_.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lock_fd_ < 0)
+      throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "' (its lock file '" + path(kLockName) +
+                               "'): " + errtext(errno));
+    std::lock_guard<std::mutex> am(append_mu_);
+    IndexLock il(*this);
+    const int others = live_slots();
+    for (int k = 0; k < kProcessSlots && my_slot_ < 0; ++k)
+      if (ofd_lock(lock_fd_, F_WRLCK, kProcessSlotBase + k, false, path(kLockName))) my_slot_ = k;
+    if (my_slot_ < 0)
+      throw Error(TNX_EIO, "file: '" + path_ + "' is open in " + std::to_string(kProcessSlots) +
+                               " processes already; no slot left in '" + path(kLockName) + "'");
+    {
+      std::unique_lock<std::shared_mutex> l(imu_);
+      const bool loaded = load_file_locked();
+      if (!(loaded && trusted(before, others))) {
+        rebuild_locked(loaded, nullptr);
+        compact_locked(others);
+      }
+    }
+    if (others == 0) recover();  // nobody else is writing here: leftovers are a crash's
+    std::string rec;
+    RecWriter(kRecOpen).u64(static_cast<uint64_t>(::getpid())).frame_into(rec);
+    append_raw_locked(rec);
+  }
+
   // Fails open, naming the directory and the reason, when no task file could
   // be created in it (read-only mount, no permission, /proc): better than a
   // server that starts and then fails every save. Creates and removes one
@@ -583,6 +1065,10 @@ class FileStore final : public toolnexus::sdk::Store {
     }
   }
 
+  // Removes stray temporary files, a stray .tnx-index.new and orphan
+  // sidecars. Only called when no other process has the store open (the
+  // process slots of .tnx-lock say so): what a live process is writing is
+  // never touched.
   void recover() {
     std::vector<std::string> names = scan();
     std::vector<std::string> jsons;
@@ -591,7 +1077,7 @@ class FileStore final : public toolnexus::sdk::Store {
     std::sort(jsons.begin(), jsons.end());
     bool removed = false;
     for (const auto &n : names) {
-      bool remove = is_temp_name(n);
+      bool remove = is_temp_name(n) || n == kIndexNewName;
       if (!remove && ends_with(n, kMetaExt) && n[0] != '.') {
         const std::string stem = n.substr(0, n.size() - kMetaExt.size());
         remove = classify(stem).has_value() &&
@@ -608,14 +1094,30 @@ class FileStore final : public toolnexus::sdk::Store {
   bool get(std::string_view idv, const toolnexus::sdk::RecordOut &out) override {
     const std::string id(idv);
     const std::string stem = stem_for(id);
-    const Snapshot snap = snapshot(id);  // before reading: never an old Task with a newer version
-    std::optional<Loaded> l = load(stem);
-    if (!l) return false;
-    if (l->fields.id != id)
-      throw Error(TNX_ECORRUPT, "'" + path(stem + std::string(kJsonExt)) + "' holds task id " +
-                                    quote(l->fields.id) + ", not " + quote(id));
-    out(record(*l, current_version(snap, true), false));
-    return true;
+    catch_up();
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      std::optional<IEntry> e = entry_of(id);
+      std::optional<Loaded> l = load(stem);
+      if (!l && !e) return false;
+      if (l && l->fields.id != id)
+        throw Error(TNX_ECORRUPT, "'" + path(stem + std::string(kJsonExt)) + "' holds task id " +
+                                      quote(l->fields.id) + ", not " + quote(id));
+      // The bytes read belong to the version the index names: never old
+      // bytes with a newer version.
+      if (l && e && !e->corrupt && e->file == l->file) {
+        out(record(*l, e->version, false));
+        return true;
+      }
+      if (ro_) {  // changed behind the index: a version this store has not seen
+        if (!l) return false;
+        out(record(*l, e ? e->version + 1 : 1, false));
+        return true;
+      }
+      SlotGuard g(*this, id);
+      catch_up();
+      (void)current(id, stem);
+    }
+    throw Error(TNX_EIO, "'" + path(stem + std::string(kJsonExt)) + "' kept changing while being read");
   }
 
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
@@ -626,15 +1128,13 @@ class FileStore final : public toolnexus::sdk::Store {
     const std::string jname = stem + std::string(kJsonExt), mname = stem + std::string(kMetaExt);
     const std::string owner(view(rec.owner)), tenant(view(rec.tenant));
 
-    IdState &st = state_for(id);
-    std::lock_guard<std::mutex> write_lock(st.write);
-    const bool present = exists(jname);
-    const Snapshot snap = snapshot_of(st);
-    const uint64_t cur = current_version(snap, present);
-    if (expected != TNX_VERSION_ANY && expected != cur)
+    SlotGuard g(*this, id);
+    catch_up();
+    const Current cur = current(id, stem);
+    const uint64_t cur_version = cur.present ? cur.version : 0;
+    if (expected != TNX_VERSION_ANY && expected != cur_version)
       throw Error(TNX_ECONFLICT, "save of task " + quote(id) + ": expected version " +
-                                     std::to_string(expected) + ", stored " + std::to_string(cur));
-    const uint64_t next = std::max(cur, snap.version) + 1;
+                                     std::to_string(expected) + ", stored " + std::to_string(cur_version));
 
     // What the sidecar says now. A sidecar we cannot read is replaced.
     std::optional<std::string> meta_bytes;
@@ -648,54 +1148,58 @@ class FileStore final : public toolnexus::sdk::Store {
     const bool meta_ok = meta_bytes && parse_meta(*meta_bytes, meta).empty();
     const bool want_meta = !owner.empty() || !tenant.empty();
     const bool fast = (!meta_bytes && !want_meta) ||
-                      (present && meta_ok && !meta.has_prev && meta.owner == owner && meta.tenant == tenant);
+                      (cur.present && meta_ok && !meta.has_prev && meta.owner == owner && meta.tenant == tenant);
     bool committed = false;
+    FileId file = cur.file;
+    IEntry e;
+    e.context_id.assign(view(rec.context_id));
+    e.state.assign(view(rec.state));
+    e.owner = owner;
+    e.tenant = tenant;
+    e.time_us = rec.status_time_us;
+    uint64_t version = 0;
     try {
       if (fast) {
-        replace(jname, json, id);
+        file = replace(jname, json, id);
         committed = true;
-        durable(path(jname));
       } else {
-        save_with_meta(id, jname, mname, json, present, meta_bytes.has_value(), meta_ok, meta, owner,
-                       tenant, committed);
+        save_with_meta(id, jname, mname, json, cur.present, meta_bytes.has_value(), meta_ok, meta, owner, tenant,
+                       committed, file);
       }
+      e.file = file;
+      version = index_put(id, std::move(e));
+      durable(path(jname));
     } catch (...) {
-      if (committed) publish(st, next, true);
+      if (committed && version == 0) {
+        // The file is in place but the index was not told: the next reader
+        // sees a file that changed behind the index and re-reads it.
+      }
       throw;
     }
-    publish(st, next, true);
-    return next;
+    return version;
   }
 
   void del(std::string_view idv, uint64_t expected) override {
     const std::string id(idv);
     const std::string stem = stem_for(id);
     const std::string jname = stem + std::string(kJsonExt), mname = stem + std::string(kMetaExt);
-    IdState &st = state_for(id);
-    std::lock_guard<std::mutex> write_lock(st.write);
-    const bool present = exists(jname);
-    const Snapshot snap = snapshot_of(st);
-    const uint64_t cur = current_version(snap, present);
-    if (!present) throw Error(TNX_ENOTFOUND, "no task with id " + quote(id));
-    if (expected != TNX_VERSION_ANY && expected != cur)
+    SlotGuard g(*this, id);
+    catch_up();
+    const Current cur = current(id, stem);
+    if (!cur.present) throw Error(TNX_ENOTFOUND, "no task with id " + quote(id));
+    if (expected != TNX_VERSION_ANY && expected != cur.version)
       throw Error(TNX_ECONFLICT, "delete of task " + quote(id) + ": expected version " +
-                                     std::to_string(expected) + ", stored " + std::to_string(cur));
-    const uint64_t last = std::max(cur, snap.version);
+                                     std::to_string(expected) + ", stored " + std::to_string(cur.version));
     if (::unlinkat(dir_.get(), jname.c_str(), 0) != 0) {
       const int e = errno;
       if (e == ENOENT) throw Error(TNX_ENOTFOUND, "no task with id " + quote(id));
       throw Error(TNX_EIO, "cannot delete '" + path(jname) + "': " + errtext(e));
     }
     // The Task is gone; a sidecar left behind (unlink failure, crash) is an
-    // orphan that saves overwrite and the next open removes.
+    // orphan that saves overwrite and the next lone open removes.
     ::unlinkat(dir_.get(), mname.c_str(), 0);
-    try {
-      durable(path(jname));
-    } catch (...) {
-      publish(st, last, false);
-      throw;
-    }
-    publish(st, last, false);
+    index_del(id);
+    durable(path(jname));
   }
 
   std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override {
@@ -704,132 +1208,197 @@ class FileStore final : public toolnexus::sdk::Store {
     if (q.cursor.len != 0) cursor = decode_cursor(view(q.cursor));
     const bool omit = q.omit_json != 0;
     const bool deliver_corrupt = TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
-
-    std::vector<std::string> names = scan();
-    std::sort(names.begin(), names.end());  // deterministic: the first corrupt file by name
-    std::vector<Item> best;  // a heap whose front is the record that comes last
-    std::vector<Item> ambiguous;  // long-id cursor ties resolved after the scan
-    std::optional<std::string> cursor_id;  // the full id of a long-form cursor, once found
-
-    for (const auto &name : names) {
-      if (name[0] == '.' || !ends_with(name, kJsonExt)) continue;
-      const std::string stem = name.substr(0, name.size() - kJsonExt.size());
-      std::optional<StemInfo> info = classify(stem);
-      if (!info) continue;
-      std::optional<Loaded> l;
-      Snapshot snap;
-      try {
-      if (info->kind != StemKind::hashed) {
-        snap = snapshot(info->id);
-        l = load(stem);
-        if (!l) continue;  // deleted meanwhile
-        if (l->fields.id != info->id)
-          throw Error(TNX_ECORRUPT, "'" + path(name) + "' holds task id " + quote(l->fields.id) +
-                                        ", not " + quote(info->id) + " as its name says");
-      } else {
-        // The id is only known from the file: read it, take the version,
-        // read again (so the content is never older than the version).
-        l = load(stem);
-        if (!l) continue;
-        const std::string id = l->fields.id;
-        snap = snapshot(id);
-        l = load(stem);
-        if (!l) continue;
-        if (l->fields.id != id || stem_for(id) != stem)
-          throw Error(TNX_ECORRUPT, "'" + path(name) + "' holds task id " + quote(l->fields.id) +
-                                        ", which is not stored under this name");
-      }
-      } catch (const Error &e) {
-        // deliver_corrupt: an undecodable record, or one whose own file
-        // cannot be read (no permission, a bad sector), is delivered; any
-        // other failure still ends the list.
-        const bool this_file = e.code == TNX_ECORRUPT || dynamic_cast<const UnreadableFile *>(&e) != nullptr;
-        if (!this_file || !deliver_corrupt) throw;
-        // ABI 1.1 deliver_corrupt: hand the raw bytes over under the id the
-        // name says (or the file name when only a hash is known), whatever
-        // the filters, and go on.
-        std::optional<std::string> raw;
-        try {
-          raw = read_file(name);
-        } catch (const Error &) {
-          raw = std::string();
+    catch_up();
+    for (int attempt = 0;; ++attempt) {
+      // The page from the index: limit + 1 candidates (one more says whether
+      // a next page exists).
+      std::vector<Cand> cands;
+      {
+        std::shared_lock<std::shared_mutex> l(imu_);
+        auto it = start_of(cursor);
+        for (; it != index_.order.end() && cands.size() <= limit; ++it) {
+          const std::string &shown_id = std::get<1>(*it);
+          const std::string key = std::get<2>(*it) ? std::string(1, '\0') + shown_id : shown_id;
+          auto en = index_.entries.find(key);
+          if (en == index_.entries.end()) continue;
+          const IEntry &e = en->second;
+          if (!e.corrupt && !toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us))
+            continue;
+          cands.push_back(Cand{key, shown_id, e});
         }
-        if (!raw) continue;
-        Item item{TNX_TIME_NONE, info->kind != StemKind::hashed ? info->id : name, 0, std::string(),
-                  std::string(), std::string(), std::string(), omit ? std::string() : std::move(*raw),
-                  e.message};
-        if (cursor && cursor->after(item.time_us, item.id) <= 0) continue;
-        keep(best, std::move(item), limit);
-        continue;
       }
-      const TaskFields &f = l->fields;
-      if (cursor && cursor->long_form && !cursor_id && f.id.size() > cursor->key.id.size() &&
-          starts_with(f.id, cursor->key.id) && sha256_hex(f.id) == cursor->sha)
-        cursor_id = f.id;
-      if (!toolnexus::sdk::matches(q, f.context_id, f.state, l->owner, l->tenant, f.time_us)) continue;
-      Item item{f.time_us, f.id, current_version(snap, true), f.context_id, f.state, l->owner, l->tenant,
-                omit ? std::string() : std::move(l->json), std::string()};
-      if (cursor) {
-        const int after = cursor->after(item.time_us, item.id);
-        if (after == 0) continue;
-        if (after < 0) {
-          ambiguous.push_back(std::move(item));
+      const bool more = cands.size() > limit;
+      if (more) cands.resize(limit);
+      // Read what is delivered; a file that changed behind the index is
+      // re-indexed and the page made again.
+      std::vector<Item> items;
+      std::vector<std::string> stale;
+      for (Cand &c : cands) {
+        if (c.e.corrupt) {
+          if (!deliver_corrupt) throw Error(c.e.unreadable ? TNX_EIO : TNX_ECORRUPT, c.e.problem);
+          std::optional<std::string> raw;
+          try {
+            raw = read_file(Index::named(c.key) ? c.shown : stem_for(c.key) + std::string(kJsonExt));
+          } catch (const Error &) {
+            raw = std::string();
+          }
+          items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
+                               c.e.problem});
           continue;
         }
+        if (omit) {
+          items.push_back(Item{c.e.time_us, c.shown, c.e.version, c.e.context_id, c.e.state, c.e.owner, c.e.tenant,
+                               std::string(), std::string()});
+          continue;
+        }
+        std::optional<Loaded> l;
+        std::optional<Error> bad;
+        try {
+          l = load(stem_for(c.key));
+        } catch (const Error &err) {
+          const bool this_file = err.code == TNX_ECORRUPT || dynamic_cast<const UnreadableFile *>(&err) != nullptr;
+          if (!this_file) throw;
+          bad = err;
+        }
+        if (bad && attempt == 0) {  // re-indexed: an edit in place turns the entry corrupt
+          stale.push_back(c.key);
+          continue;
+        }
+        if (bad) {  // e.g. a damaged sidecar beside an unchanged Task file
+          if (!deliver_corrupt) throw *bad;
+          std::optional<std::string> raw;
+          try {
+            raw = read_file(stem_for(c.key) + std::string(kJsonExt));
+          } catch (const Error &) {
+            raw = std::string();
+          }
+          items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
+                               bad->message});
+          continue;
+        }
+        if (!l || l->file != c.e.file || l->fields.id != c.key || l->owner != c.e.owner || l->tenant != c.e.tenant) {
+          stale.push_back(c.key);
+          continue;
+        }
+        items.push_back(Item{c.e.time_us, c.shown, c.e.version, c.e.context_id, c.e.state, c.e.owner, c.e.tenant,
+                             std::move(l->json), std::string()});
       }
-      keep(best, std::move(item), limit);
+      if (!stale.empty() && attempt < 3) {
+        for (const std::string &key : stale) reindex(key);
+        continue;
+      }
+      if (!stale.empty()) {
+        // Saves keep racing this page: take each such Task as it is now,
+        // read while no save of it is under way (its SlotGuard), in its
+        // place now. (A Task saved during a listing may be seen at its new
+        // place or its old one, as with any keyset listing.)
+        for (const std::string &key : stale) {
+          if (Index::named(key)) continue;
+          std::optional<Loaded> l;
+          std::optional<IEntry> e;
+          {
+            std::unique_ptr<SlotGuard> g;
+            if (!ro_) g = std::make_unique<SlotGuard>(*this, key);
+            catch_up();
+            if (!ro_) (void)current(key, stem_for(key));
+            e = entry_of(key);
+            try {
+              l = load(stem_for(key));
+            } catch (const Error &) {
+              l.reset();
+            }
+          }
+          if (!l || !e || e->corrupt || l->fields.id != key) continue;
+          if (!toolnexus::sdk::matches(q, e->context_id, e->state, l->owner, l->tenant, e->time_us)) continue;
+          if (cursor && !cursor->long_form && !cursor->key.before(e->time_us, key)) continue;
+          items.push_back(Item{e->time_us, key, e->version, e->context_id, e->state, l->owner, l->tenant,
+                               omit ? std::string() : std::move(l->json), std::string()});
+        }
+        std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
+          if (a.time_us != b.time_us) return a.time_us > b.time_us;
+          return a.id < b.id;
+        });
+        if (items.size() > limit) items.resize(limit);
+      }
+      for (const Item &item : items) {
+        tnx_task_record r = empty_record();
+        r.id = toolnexus::sdk::str(item.id);
+        r.context_id = toolnexus::sdk::str(item.context_id);
+        r.state = toolnexus::sdk::str(item.state);
+        r.status_time_us = item.time_us;
+        r.owner = toolnexus::sdk::str(item.owner);
+        r.tenant = toolnexus::sdk::str(item.tenant);
+        r.task_json = toolnexus::sdk::str(item.json);
+        r.version = item.version;
+        r.problem = toolnexus::sdk::str(item.problem);
+        if (!out(r)) return std::string();
+      }
+      if (!more || items.empty()) return std::string();
+      return encode_cursor(items.back().time_us, items.back().id);
     }
-    for (auto &item : ambiguous) {
-      // Same time and same id prefix as a long-form cursor: exact when the
-      // cursor's record still exists, otherwise delivered (a repeat is
-      // better than a loss).
-      if (cursor_id && !(std::string_view(*cursor_id) < std::string_view(item.id))) continue;
-      keep(best, std::move(item), limit);
-    }
-
-    std::vector<Item> page = std::move(best);
-    std::sort_heap(page.begin(), page.end(), ItemOrder());
-    const bool more = page.size() > limit;
-    if (more) page.resize(limit);
-    for (const Item &item : page) {
-      tnx_task_record r = empty_record();
-      r.id = toolnexus::sdk::str(item.id);
-      r.context_id = toolnexus::sdk::str(item.context_id);
-      r.state = toolnexus::sdk::str(item.state);
-      r.status_time_us = item.time_us;
-      r.owner = toolnexus::sdk::str(item.owner);
-      r.tenant = toolnexus::sdk::str(item.tenant);
-      r.task_json = toolnexus::sdk::str(item.json);
-      r.version = item.version;
-      r.problem = toolnexus::sdk::str(item.problem);
-      if (!out(r)) return std::string();
-    }
-    if (!more) return std::string();
-    return encode_cursor(page.back().time_us, page.back().id);
   }
 
-  void close() override {}
+  // ABI 1.3: from the index's counters; a time window walks that window.
+  uint64_t count(const tnx_list_query &q) override {
+    catch_up();
+    std::shared_lock<std::shared_mutex> l(imu_);
+    if (toolnexus::plugins::TaskCounts::answers(q)) return index_.counts.count(q);
+    auto it = index_.order.begin();
+    if (q.filter_flags & TNX_FILTER_BEFORE) {
+      if (q.before_us == INT64_MIN) return 0;
+      it = index_.order.lower_bound(Index::OKey{q.before_us - 1, std::string(), false});
+    }
+    uint64_t n = 0;
+    for (; it != index_.order.end(); ++it) {
+      if ((q.filter_flags & TNX_FILTER_AFTER) && !(std::get<0>(*it) > q.after_us)) break;
+      const std::string key = std::get<2>(*it) ? std::string(1, '\0') + std::get<1>(*it) : std::get<1>(*it);
+      auto en = index_.entries.find(key);
+      if (en == index_.entries.end() || en->second.corrupt) continue;
+      const IEntry &e = en->second;
+      if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) ++n;
+    }
+    return n;
+  }
+
+  // Records the close (with the directory's stamp when this is the last
+  // process), so that the next lone open can trust the index.
+  void close() override {
+    if (ro_ || lock_fd_ < 0 || my_slot_ < 0) return;
+    std::lock_guard<std::mutex> am(append_mu_);
+    IndexLock il(*this);
+    catch_up_locked();
+    bool others = false;
+    for (int k = 0; k < kProcessSlots && !others; ++k) others = k != my_slot_ && ofd_held(lock_fd_, kProcessSlotBase + k);
+    {
+      std::unique_lock<std::shared_mutex> l(imu_);
+      if (!others && big_locked()) compact_locked(index_.live);
+    }
+    const Stamp s = dir_stamp();
+    std::string rec;
+    RecWriter(kRecClose).i64(s.mtime_ns).i64(s.ctime_ns).u64(s.ino).u8(others ? 0 : 1).frame_into(rec);
+    append_raw_locked(rec);
+    ofd_lock(lock_fd_, F_UNLCK, kProcessSlotBase + my_slot_, true, path(kLockName));
+    my_slot_ = -1;
+  }
 
  private:
-  // Per-id state. `write` serialises save/del of the id (held across the
-  // I/O); version/present are guarded by map_mu_.
-  struct IdState {
-    std::mutex write;
-    uint64_t version = 0;  // last version given or seen (0: none yet)
-    bool present = false;  // whether the Task existed after that
-  };
-
-  // A copy of an id's version state.
-  struct Snapshot {
-    bool known = false;
-    uint64_t version = 0;
-    bool present = false;
-  };
-
   struct Loaded {
     std::string json;
     TaskFields fields;
     std::string owner, tenant;
+    FileId file;  // of the task file the bytes came from
+  };
+
+  // The stored state of an id, after reconciling the index with the disk.
+  struct Current {
+    bool present = false;
+    uint64_t version = 0;
+    FileId file;
+  };
+
+  struct Cand {
+    std::string key, shown;
+    IEntry e;
   };
 
   struct Item {
@@ -840,31 +1409,400 @@ class FileStore final : public toolnexus::sdk::Store {
     std::string problem;  // deliver_corrupt: why the record is unreadable
   };
 
-  // Heap order: a < b when a comes first in list order, so the heap's front
-  // is the record that comes last.
-  struct ItemOrder {
-    bool operator()(const Item &a, const Item &b) const noexcept {
-      if (a.time_us != b.time_us) return a.time_us > b.time_us;
-      return a.id < b.id;
-    }
-  };
-
   // A decoded cursor. Ids whose plain ListKey cursor would exceed 1024 bytes
   // use "<ListKey of (time, first 460 id bytes)>.<sha256 of the id>".
   struct Cursor {
     ListKey key;
     bool long_form = false;
     std::string sha;
-
-    // 1: (time, id) comes after the cursor; 0: not; -1: cannot tell yet
-    // (long form, same time, id extends the kept prefix).
-    int after(int64_t time_us, const std::string &id) const {
-      if (time_us != key.time_us) return time_us < key.time_us ? 1 : 0;
-      if (!long_form) return key.before(time_us, id) ? 1 : 0;
-      if (id.size() > key.id.size() && starts_with(id, key.id)) return -1;
-      return std::string_view(key.id) < std::string_view(id) ? 1 : 0;
-    }
   };
+
+  // The index lock (.tnx-lock byte 0) of this store, for appending to,
+  // compacting or rebuilding the index. The caller holds append_mu_ (OFD
+  // locks of one open file do not exclude its own threads).
+  class IndexLock {
+   public:
+    explicit IndexLock(FileStore &s) : s_(s) {
+      ofd_lock(s_.lock_fd_, F_WRLCK, kIndexLockByte, true, s_.path(kLockName));
+    }
+    ~IndexLock() {
+      try {
+        ofd_lock(s_.lock_fd_, F_UNLCK, kIndexLockByte, true, s_.path(kLockName));
+      } catch (...) {
+      }
+    }
+    IndexLock(const IndexLock &) = delete;
+    IndexLock &operator=(const IndexLock &) = delete;
+
+   private:
+    FileStore &s_;
+  };
+
+  // Serialises saves and deletes of one id between threads (a mutex per
+  // slot of the id's hash) and between processes (an OFD lock on byte
+  // 1024 + slot of .tnx-lock): compare-and-set then holds across processes.
+  class SlotGuard {
+   public:
+    SlotGuard(FileStore &s, std::string_view id) : s_(s), slot_(fnv1a(id) % kIdSlots), lock_(s.slots_[slot_]) {
+      ofd_lock(s_.lock_fd_, F_WRLCK, kIdLockBase + static_cast<off_t>(slot_), true, s_.path(kLockName));
+    }
+    ~SlotGuard() {
+      try {
+        ofd_lock(s_.lock_fd_, F_UNLCK, kIdLockBase + static_cast<off_t>(slot_), true, s_.path(kLockName));
+      } catch (...) {
+      }
+    }
+    SlotGuard(const SlotGuard &) = delete;
+    SlotGuard &operator=(const SlotGuard &) = delete;
+
+   private:
+    FileStore &s_;
+    size_t slot_;
+    std::lock_guard<std::mutex> lock_;
+  };
+
+  std::string path(std::string_view name) const {
+    return (path_ == "/" ? path_ : path_ + "/") + std::string(name);
+  }
+
+  Stamp dir_stamp() const {
+    struct stat st;
+    if (::fstat(dir_.get(), &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path_ + "': " + errtext(errno));
+    return Stamp{static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                 static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec,
+                 static_cast<uint64_t>(st.st_ino)};
+  }
+
+  // Process slots of .tnx-lock held by other open stores.
+  int live_slots() const {
+    int n = 0;
+    for (int k = 0; k < kProcessSlots; ++k)
+      if (k != my_slot_ && ofd_held(lock_fd_, kProcessSlotBase + k)) ++n;
+    return n;
+  }
+
+  // The index can be used as it is: with other processes open, when the
+  // opens it records match them; alone, when the last process closed it
+  // cleanly and the directory has not changed since.
+  bool trusted(const Stamp &now, int others) const {
+    if (!index_.header_ok) return false;
+    if (others > 0) return index_.live == others;
+    return index_.live == 0 && index_.last_is_close && index_.last_close_was_last && index_.last_stamp == now;
+  }
+
+  // Opens and reads .tnx-index (imu_ held exclusively); false when there is
+  // none or it is not an index.
+  bool load_file_locked() {
+    if (index_fd_ >= 0) ::close(index_fd_);
+    index_fd_ = ::openat(dir_.get(), kIndexName, (ro_ ? O_RDONLY : O_RDWR | O_APPEND) | O_CLOEXEC);
+    index_ = Index();
+    offset_ = 0;
+    if (index_fd_ < 0) {
+      if (errno == ENOENT) return false;
+      throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
+    }
+    struct stat st;
+    if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
+    index_.entries.reserve(static_cast<size_t>(st.st_size) / 96);
+    read_new_locked(static_cast<uint64_t>(st.st_size));
+    return index_.header_ok;
+  }
+
+  // Applies the records of .tnx-index from offset_ up to `size` (imu_ held
+  // exclusively). Stops before a torn or damaged record (a write under way
+  // in another process, or a crash's: the next appender truncates it).
+  void read_new_locked(uint64_t size) {
+    for (int moves = 0; moves < 8; ++moves) {
+      if (size <= offset_) return;
+      std::string data(static_cast<size_t>(size - offset_), '\0');
+      size_t got = 0;
+      while (got < data.size()) {
+        const ssize_t n = ::pread(index_fd_, &data[got], data.size() - got, static_cast<off_t>(offset_ + got));
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          throw Error(TNX_EIO, "cannot read '" + path(kIndexName) + "': " + errtext(errno));
+        }
+        if (n == 0) break;
+        got += static_cast<size_t>(n);
+      }
+      data.resize(got);
+      size_t off = 0;
+      bool moved = false;
+      for (;;) {
+        uint8_t type = 0;
+        std::string_view payload;
+        const size_t n = next_record(data, off, type, payload);
+        if (n == 0) break;
+        if (type == kRecMoved) {
+          moved = true;
+          break;
+        }
+        if (!index_.apply(type, payload)) break;
+        off += n;
+      }
+      offset_ += off;
+      if (!moved) return;
+      // A compacted index replaced this file: read it from the start.
+      ::close(index_fd_);
+      index_fd_ = ::openat(dir_.get(), kIndexName, (ro_ ? O_RDONLY : O_RDWR | O_APPEND) | O_CLOEXEC);
+      if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
+      index_ = Index();
+      offset_ = 0;
+      struct stat st;
+      if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
+      size = static_cast<uint64_t>(st.st_size);
+    }
+  }
+
+  // Brings the in-memory index up to what other processes appended.
+  void catch_up() {
+    if (index_fd_ < 0) return;
+    struct stat st;
+    if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
+    {
+      std::shared_lock<std::shared_mutex> l(imu_);
+      if (static_cast<uint64_t>(st.st_size) == offset_) return;
+    }
+    std::unique_lock<std::shared_mutex> l(imu_);
+    read_new_locked(static_cast<uint64_t>(st.st_size));
+  }
+
+  // catch_up() with the index lock held: a tail that does not parse is a
+  // crashed writer's and is cut off, so that appends stay readable.
+  void catch_up_locked() {
+    catch_up();
+    struct stat st;
+    if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
+    std::unique_lock<std::shared_mutex> l(imu_);
+    if (static_cast<uint64_t>(st.st_size) > offset_ && ::ftruncate(index_fd_, static_cast<off_t>(offset_)) != 0)
+      throw Error(TNX_EIO, "cannot repair '" + path(kIndexName) + "': " + errtext(errno));
+  }
+
+  // Appends framed records (append_mu_ and the index lock held) and reads
+  // them back into the in-memory index.
+  void append_raw_locked(const std::string &records) {
+    catch_up_locked();
+    write_all_fd(index_fd_, records, path(kIndexName));
+    catch_up();
+    std::unique_lock<std::shared_mutex> l(imu_);
+    if (big_locked()) compact_locked(index_.live);
+  }
+
+  // Records `e` (its version assigned here) for `key` in the index; returns
+  // the version. The caller holds the id's SlotGuard.
+  uint64_t index_put(const std::string &key, IEntry e) {
+    std::lock_guard<std::mutex> am(append_mu_);
+    IndexLock il(*this);
+    catch_up_locked();
+    std::string rec;
+    {
+      std::unique_lock<std::shared_mutex> l(imu_);
+      e.version = index_.next_version(key);
+      Index::task_record(rec, key, e);
+    }
+    append_raw_locked(rec);
+    return e.version;
+  }
+
+  void index_del(const std::string &key) {
+    std::lock_guard<std::mutex> am(append_mu_);
+    IndexLock il(*this);
+    catch_up_locked();
+    uint64_t last = 0;
+    if (std::optional<IEntry> e = entry_of(key)) last = e->version;
+    std::string rec;
+    RecWriter(kRecDel).str(key).u64(last).frame_into(rec);
+    append_raw_locked(rec);
+  }
+
+  bool big_locked() const {
+    struct stat st;
+    if (index_fd_ < 0 || ::fstat(index_fd_, &st) != 0) return false;
+    const uint64_t live_bytes = 128 * (index_.entries.size() + 64);
+    return static_cast<uint64_t>(st.st_size) > (8u << 20) && static_cast<uint64_t>(st.st_size) > 4 * live_bytes;
+  }
+
+  // Writes the whole index to .tnx-index.new and renames it over
+  // .tnx-index (imu_ exclusive, the index lock held); followers of the old
+  // file see its last record "moved" and read the new one. `live`: the
+  // processes open now.
+  void compact_locked(int64_t live) {
+    std::string data;
+    RecWriter(kRecHeader).str(kIndexMagic).u64(kIndexFormat).frame_into(data);
+    RecWriter(kRecEpoch).u64(index_.epoch).frame_into(data);
+    RecWriter(kRecReset).i64(live).frame_into(data);
+    for (const auto &[key, e] : index_.entries) Index::task_record(data, key, e);
+    for (const auto &[key, v] : index_.tombs) RecWriter(kRecDel).str(key).u64(v).frame_into(data);
+    Fd fd(::openat(dir_.get(), kIndexNewName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    if (fd.get() < 0) throw Error(TNX_EIO, "cannot create '" + path(kIndexNewName) + "': " + errtext(errno));
+    write_all_fd(fd.get(), data, path(kIndexNewName));
+    while (::fdatasync(fd.get()) != 0)
+      if (errno != EINTR) throw Error(TNX_EIO, "cannot sync '" + path(kIndexNewName) + "': " + errtext(errno));
+    fd.reset();
+    if (::renameat(dir_.get(), kIndexNewName, dir_.get(), kIndexName) != 0)
+      throw Error(TNX_EIO, "cannot rename '" + path(kIndexNewName) + "': " + errtext(errno));
+    durable(path(kIndexName));
+    if (index_fd_ >= 0) {
+      std::string moved;
+      RecWriter(kRecMoved).frame_into(moved);
+      (void)::write(index_fd_, moved.data(), moved.size());  // best effort: followers also check the name
+      ::close(index_fd_);
+    }
+    index_fd_ = ::openat(dir_.get(), kIndexName, O_RDWR | O_APPEND | O_CLOEXEC);
+    if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
+    offset_ = data.size();
+    index_.live = live;
+    index_.header_ok = true;
+  }
+
+  // Makes the index match the directory (imu_ exclusive): every canonical
+  // task file whose identity differs from its entry (or that has none) is
+  // read again with a new version; entries without a file are dropped.
+  // `loaded`: the current index is a base worth keeping.
+  void rebuild_locked(bool loaded, std::string *) {
+    // An index that is there but cannot be trusted may have lost records
+    // of versions handed out (a crash): a new epoch puts every version
+    // given from now on above all of them. A directory never indexed (the
+    // seed's) starts at epoch 0, version 1.
+    if (!loaded) index_ = Index();
+    else ++index_.epoch;
+    index_.header_ok = true;
+    std::unordered_map<std::string, bool> seen;
+    std::vector<std::string> names = scan();
+    std::sort(names.begin(), names.end());
+    for (const auto &name : names) {
+      if (name[0] == '.' || !ends_with(name, kJsonExt)) continue;
+      const std::string stem = name.substr(0, name.size() - kJsonExt.size());
+      std::optional<StemInfo> info = classify(stem);
+      if (!info) continue;
+      struct stat st;
+      if (::fstatat(dir_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (info->kind != StemKind::hashed) {
+        auto it = index_.entries.find(info->id);
+        if (it != index_.entries.end() && it->second.file == FileId::of(st) && S_ISREG(st.st_mode)) {
+          seen[info->id] = true;
+          continue;
+        }
+      }
+      std::string key;
+      IEntry e = read_entry(name, info, key);
+      e.version = index_.next_version(key);
+      seen[key] = true;
+      index_.put(key, std::move(e));
+    }
+    std::vector<std::string> gone;
+    for (const auto &kv : index_.entries)
+      if (seen.find(kv.first) == seen.end()) gone.push_back(kv.first);
+    for (const auto &k : gone) index_.remove(k);
+  }
+
+  // The entry of task file `name` read from disk; `key` receives its key.
+  IEntry read_entry(const std::string &name, const std::optional<StemInfo> &info, std::string &key) {
+    const std::string stem = name.substr(0, name.size() - kJsonExt.size());
+    IEntry e;
+    try {
+      std::optional<Loaded> l = load(stem);
+      if (!l) throw Error(TNX_EIO, "'" + path(name) + "' disappeared");
+      if (info->kind != StemKind::hashed && l->fields.id != info->id)
+        throw Error(TNX_ECORRUPT, "'" + path(name) + "' holds task id " + quote(l->fields.id) + ", not " +
+                                      quote(info->id) + " as its name says");
+      if (info->kind == StemKind::hashed && stem_for(l->fields.id) != stem)
+        throw Error(TNX_ECORRUPT, "'" + path(name) + "' holds task id " + quote(l->fields.id) +
+                                      ", which is not stored under this name");
+      key = l->fields.id;
+      e.context_id = l->fields.context_id;
+      e.state = l->fields.state;
+      e.owner = l->owner;
+      e.tenant = l->tenant;
+      e.time_us = l->fields.time_us;
+      e.file = l->file;
+    } catch (const Error &err) {
+      const bool this_file = err.code == TNX_ECORRUPT || dynamic_cast<const UnreadableFile *>(&err) != nullptr;
+      if (!this_file) throw;
+      key = info->kind != StemKind::hashed ? info->id : std::string(1, '\0') + name;
+      e = IEntry();
+      e.corrupt = true;
+      e.unreadable = err.code != TNX_ECORRUPT;
+      e.problem = err.message;
+      struct stat st;
+      if (::fstatat(dir_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) e.file = FileId::of(st);
+    }
+    return e;
+  }
+
+  // The stored state of `id`, after making the index agree with its file
+  // (the caller holds the id's SlotGuard): a file that changed behind the
+  // index (another program, a crashed writer) is read again and gets a new
+  // version; a file gone is dropped.
+  Current current(const std::string &id, const std::string &stem) {
+    const std::string jname = stem + std::string(kJsonExt);
+    struct stat st;
+    bool on_disk = true;
+    if (::fstatat(dir_.get(), jname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) throw Error(TNX_EIO, "cannot stat '" + path(jname) + "': " + errtext(errno));
+      on_disk = false;
+    }
+    std::optional<IEntry> e = entry_of(id);
+    if (!on_disk && !e) return Current{};
+    if (on_disk && e && e->file == FileId::of(st)) return Current{true, e->version, e->file};
+    if (!on_disk) {
+      index_del(id);
+      return Current{};
+    }
+    std::optional<StemInfo> info = classify(stem);
+    if (!info) info = StemInfo{StemKind::plain, id};
+    std::string key;
+    IEntry fresh = read_entry(jname, info, key);
+    if (key != id) key = id;  // the file of this id's name, whatever it holds
+    const FileId file = fresh.file;
+    const uint64_t v = index_put(key, std::move(fresh));
+    return Current{true, v, file};
+  }
+
+  // Re-reads the file of `key` into the index (list found it changed).
+  void reindex(const std::string &key) {
+    if (Index::named(key)) return;
+    const std::string stem = stem_for(key);
+    if (ro_) {
+      std::optional<StemInfo> info = classify(stem);
+      if (!info) info = StemInfo{StemKind::plain, key};
+      struct stat st;
+      std::unique_lock<std::shared_mutex> l(imu_);
+      if (::fstatat(dir_.get(), (stem + std::string(kJsonExt)).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        index_.remove(key);
+        return;
+      }
+      std::string k;
+      IEntry e = read_entry(stem + std::string(kJsonExt), info, k);
+      e.version = index_.next_version(key);
+      index_.put(key, std::move(e));
+      return;
+    }
+    SlotGuard g(*this, key);
+    catch_up();
+    (void)current(key, stem);
+  }
+
+  std::optional<IEntry> entry_of(const std::string &key) const {
+    std::shared_lock<std::shared_mutex> l(imu_);
+    auto it = index_.entries.find(key);
+    if (it == index_.entries.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // Where a page after `cursor` starts in the index order (imu_ held).
+  std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const {
+    if (!cursor) return index_.order.begin();
+    if (!cursor->long_form) return index_.order.upper_bound(Index::OKey{cursor->key.time_us, cursor->key.id, true});
+    // Long form: the id with that prefix and hash, if it still exists;
+    // otherwise every id with the prefix again (a repeat beats a loss).
+    const auto first = index_.order.lower_bound(Index::OKey{cursor->key.time_us, cursor->key.id, false});
+    for (auto it = first; it != index_.order.end() && std::get<0>(*it) == cursor->key.time_us &&
+                          starts_with(std::get<1>(*it), cursor->key.id);
+         ++it)
+      if (sha256_hex(std::get<1>(*it)) == cursor->sha) return std::next(it);
+    return first;
+  }
 
   static std::string encode_cursor(int64_t time_us, const std::string &id) {
     std::string c = ListKey{time_us, id}.encode();
@@ -889,22 +1827,6 @@ class FileStore final : public toolnexus::sdk::Store {
     out.key = ListKey::decode(c);
     return out;
   }
-
-  // Keeps the first limit + 1 records in list order (one more than a page
-  // tells whether a next page exists).
-  static void keep(std::vector<Item> &best, Item item, size_t limit) {
-    best.push_back(std::move(item));
-    std::push_heap(best.begin(), best.end(), ItemOrder());
-    if (best.size() > limit + 1) {
-      std::pop_heap(best.begin(), best.end(), ItemOrder());
-      best.pop_back();
-    }
-  }
-
-  std::string path(std::string_view name) const {
-    return (path_ == "/" ? path_ : path_ + "/") + std::string(name);
-  }
-
   // Save input check: the JSON must be a Task whose index fields are the
   // record's (what we write must read back as what was saved).
   void validate(const tnx_task_record &rec, const std::string &id, std::string_view json) const {
@@ -924,40 +1846,6 @@ class FileStore final : public toolnexus::sdk::Store {
                                   std::to_string(rec.status_time_us) +
                                   " differs from the task_json's status.timestamp (" +
                                   std::to_string(f.time_us) + ")");
-  }
-
-  IdState &state_for(const std::string &id) {
-    std::lock_guard<std::mutex> l(map_mu_);
-    auto &p = states_[id];
-    if (!p) p = std::make_unique<IdState>();
-    return *p;
-  }
-
-  Snapshot snapshot(const std::string &id) const {
-    std::lock_guard<std::mutex> l(map_mu_);
-    auto it = states_.find(id);
-    if (it == states_.end()) return Snapshot{};
-    return Snapshot{true, it->second->version, it->second->present};
-  }
-
-  Snapshot snapshot_of(const IdState &st) const {
-    std::lock_guard<std::mutex> l(map_mu_);
-    return Snapshot{st.version != 0 || st.present, st.version, st.present};
-  }
-
-  void publish(IdState &st, uint64_t version, bool present) {
-    std::lock_guard<std::mutex> l(map_mu_);
-    st.version = version;
-    st.present = present;
-  }
-
-  // The version of an id given what we knew (snap) and whether its file is
-  // on disk now. A file that appeared behind our back counts as a new
-  // version; one first seen is version 1.
-  static uint64_t current_version(const Snapshot &snap, bool on_disk) noexcept {
-    if (!on_disk) return 0;
-    if (!snap.known) return 1;
-    return snap.present ? snap.version : snap.version + 1;
   }
 
   bool exists(const std::string &name) const {
@@ -992,7 +1880,7 @@ class FileStore final : public toolnexus::sdk::Store {
 
   // Reads a whole file of the directory; nullopt if it does not exist.
   // `ino` receives its inode (to detect replacement).
-  std::optional<std::string> read_file(const std::string &name, ino_t *ino = nullptr) const {
+  std::optional<std::string> read_file(const std::string &name, FileId *id = nullptr) const {
     Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd.get() < 0) {
       const int e = errno;
@@ -1007,7 +1895,7 @@ class FileStore final : public toolnexus::sdk::Store {
     if (::fstat(fd.get(), &st) != 0)
       throw Error(TNX_EIO, "cannot stat '" + path(name) + "': " + errtext(errno));
     if (!S_ISREG(st.st_mode)) throw Error(TNX_ECORRUPT, "'" + path(name) + "' is not a regular file");
-    if (ino != nullptr) *ino = st.st_ino;
+    if (id != nullptr) *id = FileId::of(st);
     std::string data;
     data.resize(static_cast<size_t>(st.st_size) + 1);
     size_t got = 0;
@@ -1031,14 +1919,14 @@ class FileStore final : public toolnexus::sdk::Store {
     const std::string jname = stem + std::string(kJsonExt), mname = stem + std::string(kMetaExt);
     for (int attempt = 0; attempt < 16; ++attempt) {
       Loaded l;
-      ino_t ino = 0;
-      std::optional<std::string> json = read_file(jname, &ino);
+      std::optional<std::string> json = read_file(jname, &l.file);
       if (!json) return std::nullopt;
       l.json = std::move(*json);
       const std::string why = parse_task(l.json, l.fields);
       if (!why.empty()) throw Error(TNX_ECORRUPT, "task file '" + path(jname) + "' " + why);
       std::optional<std::string> meta_bytes = read_file(mname);
       if (!meta_bytes) return std::optional<Loaded>(std::move(l));
+      const ino_t ino = static_cast<ino_t>(l.file.ino);
       Meta m;
       const std::string mwhy = parse_meta(*meta_bytes, m);
       if (!mwhy.empty()) throw Error(TNX_ECORRUPT, "owner/tenant file '" + path(mname) + "' " + mwhy);
@@ -1074,7 +1962,7 @@ class FileStore final : public toolnexus::sdk::Store {
   // Atomically replaces `name` with `data`: temp file, full write, fdatasync,
   // rename. Not yet durable (see durable()). On failure nothing is left
   // behind and `name` is untouched.
-  void replace(const std::string &name, std::string_view data, const std::string &id) {
+  FileId replace(const std::string &name, std::string_view data, const std::string &id) {
     std::string tmp;
     Fd fd = create_temp(tmp);
     if (fd.get() < 0) {
@@ -1099,6 +1987,8 @@ class FileStore final : public toolnexus::sdk::Store {
     }
     while (::fdatasync(fd.get()) != 0)
       if (errno != EINTR) throw fail("sync", errno);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) throw fail("stat", errno);
     const int raw = fd.release();
     if (::close(raw) != 0 && errno != EINTR) throw fail("close", errno);
     if (::renameat(dir_.get(), tmp.c_str(), dir_.get(), name.c_str()) != 0) {
@@ -1107,6 +1997,7 @@ class FileStore final : public toolnexus::sdk::Store {
       throw Error(TNX_EIO, "save of task " + quote(id) + ": cannot rename '" + path(tmp) + "' to '" +
                                path(name) + "': " + errtext(e));
     }
+    return FileId::of(st);  // a rename keeps the inode, size and mtime
   }
 
   // Makes the directory's changes so far durable; `what` names the change.
@@ -1125,7 +2016,7 @@ class FileStore final : public toolnexus::sdk::Store {
   // The save path when the sidecar must change (see the layout comment).
   void save_with_meta(const std::string &id, const std::string &jname, const std::string &mname,
                       std::string_view json, bool present, bool meta_exists, bool meta_ok, const Meta &meta,
-                      const std::string &owner, const std::string &tenant, bool &committed) {
+                      const std::string &owner, const std::string &tenant, bool &committed, FileId &file) {
     auto read_old = [&]() -> std::optional<std::string> {
       try {
         return read_file(jname);
@@ -1168,7 +2059,7 @@ class FileStore final : public toolnexus::sdk::Store {
       m.prev_sha = sha256_hex(*old);
       replace(mname, encode_meta(m), id);
       durable(path(mname));
-      replace(jname, json, id);
+      file = replace(jname, json, id);
       committed = true;
       durable(path(jname));
       try {  // drop "prev"; a later save does it if this fails
@@ -1186,24 +2077,30 @@ class FileStore final : public toolnexus::sdk::Store {
     else if (meta_exists) remove_meta(mname);
     durable(path(mname));
     if (present && same_bytes) {
-      committed = true;
+      committed = true;  // the Task file stays as it is: `file` is its identity
       return;
     }
     try {
-      replace(jname, json, id);
+      file = replace(jname, json, id);
     } catch (const Error &) {
       if (!present && want_meta) ::unlinkat(dir_.get(), mname.c_str(), 0);
       throw;
     }
     committed = true;
-    durable(path(jname));
   }
 
   Fd dir_;
   const std::string path_;  // absolute path of the directory, for messages
   DirSync sync_;
-  mutable std::mutex map_mu_;
-  std::unordered_map<std::string, std::unique_ptr<IdState>> states_;
+  const bool ro_;
+  int lock_fd_ = -1;   // .tnx-lock (read-only: O_RDONLY, may be -1)
+  int index_fd_ = -1;  // .tnx-index being followed (-1: an in-memory snapshot)
+  int my_slot_ = -1;   // process slot held in .tnx-lock (read-write)
+  uint64_t offset_ = 0;  // bytes of .tnx-index applied; guarded by imu_
+  mutable std::shared_mutex imu_;  // guards index_, offset_, index_fd_ reopening
+  Index index_;
+  std::mutex append_mu_;  // this process's holder of the index lock
+  std::unique_ptr<std::mutex[]> slots_;  // per id slot, with the OFD id locks
 };
 
 // ---------------------------------------------------------------------------
@@ -1273,11 +2170,9 @@ toolnexus::sdk::Store *open_file(const tnx_open_args &args) {
     throw Error(e == ENOTDIR ? TNX_EINVAL : TNX_EIO, "file: cannot open directory '" + abs + "': " +
                                                          (e == ENOTDIR ? "not a directory" : errtext(e)));
   }
-  auto store = std::make_unique<FileStore>(std::move(fd), abs);
-  if (!read_only) {
-    store->recover();  // removing stray files is a change
-    store->probe_writable();
-  }
+  auto store = std::make_unique<FileStore>(std::move(fd), abs, read_only);
+  store->open_index();  // read-write: also cleans up when no other process has it open
+  if (!read_only) store->probe_writable();
   return store.release();
 }
 
@@ -1287,11 +2182,11 @@ const tnx_plugin_descriptor kDescriptor = {
     TNX_HEADER_INIT(tnx_plugin_descriptor),
     "toolnexus-file",
     "0.1.0",
-    "One JSON file per Task in a directory (file:<dir>), atomic durable writes; "
-    "compare-and-set holds within one process only",
+    "One JSON file per Task in a directory (file:<dir>), atomic durable writes, an index for "
+    "list and count; compare-and-set holds between processes (file locks)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_PERSISTENT,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT,
     &toolnexus::sdk::open_trampoline<open_file>,
     nullptr,
     "file:<dir>",

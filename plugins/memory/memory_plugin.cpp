@@ -1,10 +1,16 @@
 // plugins/memory: the "memory" scheme. Tasks live in this process only.
 //
 // Thread-safe (a shared mutex: reads in parallel, writes exclusive), copies
-// everything it is given, keeps an ordered index so list is a range scan.
+// everything it is given, keeps an ordered index so list is a range scan,
+// and counters by (owner, tenant, state) and (contextId, owner, tenant,
+// state) so that count (ABI 1.3) visits no Task unless a time window is
+// asked for (then it walks only the window of the ordered index).
 // Built against the SDK only.
 #include "toolnexus/plugin.hpp"
 
+#include "../common/task_counts.hpp"
+
+#include <climits>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -52,23 +58,37 @@ class MemoryStore final : public toolnexus::sdk::Store {
     if (expected != TNX_VERSION_ANY && expected != current)
       throw Error(TNX_ECONFLICT, "save of task " + quote(id) + ": expected version " +
                                      std::to_string(expected) + ", stored " + std::to_string(current));
-    if (it == tasks_.end()) {
-      it = tasks_.emplace(id, Entry{}).first;
-    } else {
-      order_.erase({it->second.time_us, id});
+    return apply(std::move(id), it, rec);
+  }
+
+  // ABI 1.3: every compare-and-set is checked (in order, a later record of
+  // an id seeing the earlier one's version) before anything is applied.
+  void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                  uint64_t *out) override {
+    std::unique_lock lock(mu_);
+    std::unordered_map<std::string_view, uint64_t> pending;
+    uint64_t next = last_version_;
+    for (uint64_t i = 0; i < n; ++i) {
+      const std::string_view id = view(recs[i]->id);
+      auto p = pending.find(id);
+      uint64_t current = 0;
+      if (p != pending.end()) {
+        current = p->second;
+      } else if (auto it = tasks_.find(std::string(id)); it != tasks_.end()) {
+        current = it->second.version;
+      }
+      if (expected[i] != TNX_VERSION_ANY && expected[i] != current)
+        throw toolnexus::sdk::BatchError(i, TNX_ECONFLICT,
+                                         "save of task " + quote(id) + " (record " + std::to_string(i) +
+                                             " of the batch): expected version " + std::to_string(expected[i]) +
+                                             ", stored " + std::to_string(current) + "; nothing written");
+      pending[id] = ++next;
     }
-    Entry &e = it->second;
-    e.context_id.assign(view(rec.context_id));
-    e.state.assign(view(rec.state));
-    e.owner.assign(view(rec.owner));
-    e.tenant.assign(view(rec.tenant));
-    e.json.assign(view(rec.task_json));
-    e.time_us = rec.status_time_us;
-    // One counter for the whole store: a deleted and re-created id never
-    // gets back a version it had (the ABI's version rule).
-    e.version = ++last_version_;
-    order_.emplace(std::make_pair(e.time_us, id), &*it);
-    return e.version;
+    for (uint64_t i = 0; i < n; ++i) {
+      std::string id(view(recs[i]->id));
+      auto it = tasks_.find(id);
+      out[i] = apply(std::move(id), it, *recs[i]);
+    }
   }
 
   void del(std::string_view id_view, uint64_t expected) override {
@@ -81,20 +101,48 @@ class MemoryStore final : public toolnexus::sdk::Store {
                                      std::to_string(expected) + ", stored " +
                                      std::to_string(it->second.version));
     order_.erase({it->second.time_us, id});
+    unindex_context(it->second, id);
+    const Entry &e = it->second;
+    counts_.add(e.context_id, e.state, e.owner, e.tenant, -1);
     tasks_.erase(it);
+  }
+
+  uint64_t count(const tnx_list_query &q) override {
+    std::shared_lock lock(mu_);
+    if (toolnexus::plugins::TaskCounts::answers(q)) return counts_.count(q);
+    // A time window: walk that window of the list order only.
+    auto it = order_.begin();
+    if (q.filter_flags & TNX_FILTER_BEFORE) {
+      if (q.before_us == INT64_MIN) return 0;
+      it = order_.lower_bound({q.before_us - 1, std::string()});  // first time < before
+    }
+    uint64_t n = 0;
+    for (; it != order_.end(); ++it) {
+      const Entry &e = it->second->second;
+      if ((q.filter_flags & TNX_FILTER_AFTER) && !(e.time_us > q.after_us)) break;
+      if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) ++n;
+    }
+    return n;
   }
 
   std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override {
     const uint32_t limit = toolnexus::sdk::page_size(q);
     std::shared_lock lock(mu_);
-    auto it = order_.begin();
+    // A contextId filter walks that context's own ordered index.
+    const Order *order = &order_;
+    if (q.filter_flags & TNX_FILTER_CONTEXT_ID) {
+      auto c = by_context_.find(std::string(view(q.context_id)));
+      if (c == by_context_.end()) return std::string();
+      order = &c->second;
+    }
+    auto it = order->begin();
     if (q.cursor.len != 0) {
       ListKey k = ListKey::decode(view(q.cursor));
-      it = order_.upper_bound({k.time_us, k.id});
+      it = order->upper_bound({k.time_us, k.id});
     }
     uint32_t n = 0;
     ListKey last;
-    for (; it != order_.end(); ++it) {
+    for (; it != order->end(); ++it) {
       const std::string &id = it->second->first;
       const Entry &e = it->second->second;
       if (!toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) continue;
@@ -109,6 +157,44 @@ class MemoryStore final : public toolnexus::sdk::Store {
   }
 
  private:
+  // Stores `rec` under `id` (`it`: its entry or end()), with the mutex held
+  // exclusively; returns the new version.
+  uint64_t apply(std::string id, std::unordered_map<std::string, Entry>::iterator it, const tnx_task_record &rec) {
+    if (it == tasks_.end()) {
+      it = tasks_.emplace(id, Entry{}).first;
+    } else {
+      order_.erase({it->second.time_us, id});
+      unindex_context(it->second, id);
+    }
+    Entry &e = it->second;
+    const std::string_view ctx = view(rec.context_id), state = view(rec.state), owner = view(rec.owner),
+                           tenant = view(rec.tenant);
+    const bool fresh = e.version == 0;
+    if (fresh || e.context_id != ctx || e.state != state || e.owner != owner || e.tenant != tenant) {
+      if (!fresh) counts_.add(e.context_id, e.state, e.owner, e.tenant, -1);
+      counts_.add(ctx, state, owner, tenant, +1);
+    }
+    e.context_id.assign(ctx);
+    e.state.assign(state);
+    e.owner.assign(owner);
+    e.tenant.assign(tenant);
+    e.json.assign(view(rec.task_json));
+    e.time_us = rec.status_time_us;
+    // One counter for the whole store: a deleted and re-created id never
+    // gets back a version it had (the ABI's version rule).
+    e.version = ++last_version_;
+    by_context_[e.context_id].emplace(std::make_pair(e.time_us, id), &*it);
+    order_.emplace(std::make_pair(e.time_us, std::move(id)), &*it);
+    return e.version;
+  }
+
+  void unindex_context(const Entry &e, const std::string &id) {
+    auto c = by_context_.find(e.context_id);
+    if (c == by_context_.end()) return;
+    c->second.erase({e.time_us, id});
+    if (c->second.empty()) by_context_.erase(c);
+  }
+
   static tnx_task_record record(const std::string &id, const Entry &e, bool omit_json) {
     tnx_task_record r{};
     r.header = tnx_header(sizeof r);
@@ -125,11 +211,15 @@ class MemoryStore final : public toolnexus::sdk::Store {
 
   std::shared_mutex mu_;
   uint64_t last_version_ = 0;  // guarded by mu_ (exclusive)
+  toolnexus::plugins::TaskCounts counts_;  // guarded by mu_
   std::unordered_map<std::string, Entry> tasks_;
   // (status time, id) -> the element of tasks_ (pointers to elements of an
   // unordered_map stay valid across rehashing; erased together with it),
   // so list filters without a hash lookup per scanned entry.
-  std::map<std::pair<int64_t, std::string>, const std::pair<const std::string, Entry> *, ListOrder> order_;
+  using Order = std::map<std::pair<int64_t, std::string>, const std::pair<const std::string, Entry> *, ListOrder>;
+  Order order_;
+  // The same order per contextId, for lists filtered by it.
+  std::unordered_map<std::string, Order> by_context_;
 };
 
 // TNX_OPEN_READ_ONLY: a memory location always "exists" (empty), so a

@@ -22,7 +22,7 @@ namespace toolnexus::pg {
 
 /// Schema version this plugin writes; a table at a lower version is migrated
 /// at open, a higher one refused (TNX_EUNSUPPORTED).
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 /// Table recording the schema version of every task table of the database
 /// (one row per table), in the same schema as the task tables.
@@ -108,6 +108,88 @@ class Sql {
                 " deleted boolean NOT NULL DEFAULT false)");
     for (auto &s : v2_indexes()) v.push_back(std::move(s));
     return v;
+  }
+
+  /// Schema version 3 = version 2 plus the counters that answer count (ABI
+  /// 1.3) without scanning: table "<table>$counts" holds, for every (owner,
+  /// tenant, state) and slot 0..63, how many live Tasks it has; the row
+  /// trigger "<table>$count" (function of the same name) keeps it in the
+  /// transaction of every insert, update and delete of the task table, also
+  /// for writes by hand. A Task's changes go to slot hashtext(id) & 63, so
+  /// concurrent saves of different Tasks rarely wait for the same counter
+  /// row; a save that moves a Task between two counter rows updates them in
+  /// key order, so two saves never deadlock. count sums the 64 slots.
+  /// ('$' cannot occur in a tnx_table name, so these names never clash with
+  /// another store's table.) Statements of the creation and of migration
+  /// 2 -> 3, which fills the counters from the live rows under a lock that
+  /// holds writers off until the trigger exists.
+  std::vector<std::string> create_v3_counts(bool fill) const {
+    const std::string c = quote_ident(table_ + "$counts"), f = quote_ident(table_ + "$count");
+    auto bump = [&](const char *row, const char *delta) {
+      return std::string("INSERT INTO ") + c + " AS k (owner, tenant, state, slot, n) VALUES (" + row +
+             ".owner, " + row + ".tenant, " + row + ".state, s, " + delta +
+             ") ON CONFLICT (owner, tenant, state, slot) DO UPDATE SET n = k.n + EXCLUDED.n;\n";
+    };
+    std::vector<std::string> v;
+    if (fill) v.push_back("LOCK TABLE " + t_ + " IN SHARE ROW EXCLUSIVE MODE");
+    v.push_back("CREATE TABLE " + c +
+                " (owner text COLLATE \"C\" NOT NULL, tenant text COLLATE \"C\" NOT NULL,"
+                " state text COLLATE \"C\" NOT NULL, slot smallint NOT NULL, n bigint NOT NULL,"
+                " PRIMARY KEY (owner, tenant, state, slot))");
+    v.push_back("CREATE FUNCTION " + f +
+                "() RETURNS trigger LANGUAGE plpgsql AS $tnx$\n"
+                "DECLARE s smallint;\n"
+                "BEGIN\n"
+                "  IF TG_OP = 'INSERT' THEN\n"
+                "    IF NOT NEW.deleted THEN s := hashtext(NEW.id) & 63; " + bump("NEW", "1") + "    END IF;\n"
+                "    RETURN NULL;\n"
+                "  END IF;\n"
+                "  IF TG_OP = 'DELETE' THEN\n"
+                "    IF NOT OLD.deleted THEN s := hashtext(OLD.id) & 63; " + bump("OLD", "-1") + "    END IF;\n"
+                "    RETURN NULL;\n"
+                "  END IF;\n"
+                "  IF OLD.deleted = NEW.deleted AND OLD.owner = NEW.owner AND OLD.tenant = NEW.tenant"
+                " AND OLD.state = NEW.state AND OLD.id = NEW.id THEN RETURN NULL; END IF;\n"
+                "  IF NOT OLD.deleted AND NOT NEW.deleted AND OLD.id = NEW.id AND"
+                " (NEW.owner, NEW.tenant, NEW.state) < (OLD.owner, OLD.tenant, OLD.state) THEN\n"
+                "    s := hashtext(NEW.id) & 63; " + bump("NEW", "1") + "    " + bump("OLD", "-1") +
+                "  ELSE\n"
+                "    IF NOT OLD.deleted THEN s := hashtext(OLD.id) & 63; " + bump("OLD", "-1") + "    END IF;\n"
+                "    IF NOT NEW.deleted THEN s := hashtext(NEW.id) & 63; " + bump("NEW", "1") + "    END IF;\n"
+                "  END IF;\n"
+                "  RETURN NULL;\n"
+                "END\n$tnx$");
+    v.push_back("CREATE TRIGGER " + f + " AFTER INSERT OR UPDATE OR DELETE ON " + t_ +
+                " FOR EACH ROW EXECUTE PROCEDURE " + f + "()");
+    if (fill)
+      v.push_back("INSERT INTO " + c + " (owner, tenant, state, slot, n) SELECT owner, tenant, state,"
+                  " hashtext(id) & 63, count(*) FROM " + t_ + " WHERE NOT deleted GROUP BY 1, 2, 3, 4");
+    return v;
+  }
+
+  /// count (ABI 1.3): `filters` (ListFilter bits) with their parameters in
+  /// bit order as list(). Only owner/tenant/state equality (what the A2A
+  /// server asks): a sum over the counters (`counters`: the table is at
+  /// schema 3). Otherwise (a contextId or a time window) an index count of
+  /// the live rows matching, O(matches). One row, one bigint.
+  std::string count(uint32_t filters, bool counters) const {
+    int n = 0;
+    auto p = [&n] { return "$" + std::to_string(++n); };
+    if (counters && (filters & (kByContext | kAfter | kBefore)) == 0) {
+      std::string s = "SELECT coalesce(sum(n), 0)::bigint FROM " + quote_ident(table_ + "$counts") + " WHERE true";
+      if (filters & kByState) s += " AND state = " + p();
+      if (filters & kByOwner) s += " AND owner = " + p();
+      if (filters & kByTenant) s += " AND tenant = " + p();
+      return s;
+    }
+    std::string s = "SELECT count(*) FROM " + t_ + " WHERE NOT deleted";
+    if (filters & kByContext) s += " AND context_id = " + p();
+    if (filters & kByState) s += " AND state = " + p();
+    if (filters & kByOwner) s += " AND owner = " + p();
+    if (filters & kByTenant) s += " AND tenant = " + p();
+    if (filters & kAfter) s += " AND status_time_us > " + p();
+    if (filters & kBefore) s += " AND status_time_us < " + p();
+    return s;
   }
 
   /// Schema version 1, as shipped by the first toolnexus release: no soft

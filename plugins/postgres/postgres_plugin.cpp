@@ -36,10 +36,14 @@
 // option, a missing "=value" or a bad value fails open() with TNX_EINVAL
 // naming the option. Values may be percent-encoded.
 // ===========================================================================
-//   tnx_pool=1..64                          default 4
+//   tnx_pool=1..64                          default 16
 //       Most connections the store keeps to the server. They are opened on
 //       demand (the first at open()) and shared by the threads of the
-//       process; a call waits for a free one.
+//       process; a call waits for a free one. The default is sized for the
+//       A2A server's concurrency (its HTTP threads read while its workers
+//       save) without taking more than a sixth of PostgreSQL's default
+//       max_connections (100) per replica; connections are server
+//       processes, so unlike sqlite's readers they are not free.
 //   tnx_statement_timeout_ms=0..3600000     default 5000
 //       PostgreSQL statement_timeout of every connection: a statement that
 //       runs longer (waiting for a row lock, a slow disk) is cancelled and
@@ -54,7 +58,7 @@
 //       first schema of search_path: set it with options=-csearch_path%3Dx).
 //
 // ===========================================================================
-// Schema (version 2; every SQL text is in pg_sql.hpp)
+// Schema (version 3; every SQL text is in pg_sql.hpp)
 // ===========================================================================
 //   CREATE TABLE <table> (
 //     id             text COLLATE "C" NOT NULL PRIMARY KEY,  -- bytewise order
@@ -87,9 +91,16 @@
 //   big table may take long); waiting for the lock does not (a replica that
 //   waits longer than tnx_statement_timeout_ms fails open() with TNX_EIO and
 //   may retry).
+//   Counters (version 3): "<table>$counts" (owner, tenant, state, slot, n),
+//     kept by the row trigger "<table>$count" on every change of the task
+//     table, so that count (ABI 1.3) sums at most 64 rows per (owner, tenant,
+//     state) instead of scanning; see pg::Sql::create_v3_counts for how
+//     concurrent saves avoid waiting on one counter row and deadlocks.
 //   History: 1 = first release (NULL status_time_us for "no timestamp",
 //   filter columns in the database collation, one index, no soft delete),
-//   migrated in place to 2 (pg_sql.hpp migrate_v1_to_v2); 2 = current. A
+//   migrated in place to 2 (pg_sql.hpp migrate_v1_to_v2); 2 = 3 without the
+//   counters, migrated by creating and filling them (read-only, a version 2
+//   table is read as it is and count scans); 3 = current. A
 //   table recorded at a higher version is refused with TNX_EUNSUPPORTED; a
 //   table of that name without a version row is refused with TNX_ECORRUPT
 //   (it is not ours).
@@ -272,7 +283,7 @@ std::string one_line(const char *msg) {
 
 /// The plugin's own options (tnx_*), defaults applied.
 struct Options {
-  uint32_t pool = 4;
+  uint32_t pool = 16;
   uint32_t statement_timeout_ms = 5000;
   std::string table = "tnx_tasks";
 };
@@ -533,29 +544,54 @@ class PgStore final : public toolnexus::sdk::Store {
   }
 
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override {
-    const std::string what = "save of task " + quote(view(rec.id));
-    Params p;
-    p.text(view(rec.id));
-    p.text(view(rec.context_id));
-    p.text(view(rec.state));
-    p.int8(rec.status_time_us);
-    p.text(view(rec.owner));
-    p.text(view(rec.tenant));
-    p.text(view(rec.task_json));
-    if (expected == TNX_VERSION_ANY || expected == TNX_VERSION_NONE) {
-      Stmt s = expected == TNX_VERSION_ANY ? kSaveAny : kSaveNone;
-      Result r = with_conn(false, [&](Conn &c) { return run(c, s, p, what); });
-      if (PQntuples(r.get()) == 0)
-        throw Error(TNX_ECONFLICT, what + ": expected no stored task (create only), but one exists");
-      return new_version(r.get(), 0, what);
+    return save_with(rec, expected, [&](Stmt s, const Params &p, const std::string &what) {
+      return with_conn(false, [&](Conn &c) { return run(c, s, p, what); });
+    });
+  }
+
+  // ABI 1.3: one transaction on one connection; the first record that does
+  // not go through rolls the whole back.
+  void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                  uint64_t *out) override {
+    if (n == 0) return;
+    const std::string what = "save of a batch of " + std::to_string(n) + " task(s)";
+    uint64_t at = n;
+    try {
+      with_conn(false, [&](Conn &c) {
+        const Params none;
+        exec_sql(c, "BEGIN", none, what, timeout_ms_);
+        try {
+          for (uint64_t i = 0; i < n; ++i) {
+            at = i;
+            out[i] = save_with(*recs[i], expected[i], [&](Stmt s, const Params &p, const std::string &w) {
+              return run(c, s, p, w);
+            });
+          }
+          at = n;
+          // A connection lost during COMMIT leaves the outcome unknown
+          // (write = true says so).
+          Result r = exec(c, what, timeout_ms_, true, [&](PGconn *pg) {
+            return PQsendQueryParams(pg, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1);
+          });
+          check(c, std::move(r), what);
+        } catch (...) {
+          if (c.pg != nullptr) {
+            try {
+              exec_sql(c, "ROLLBACK", none, what, timeout_ms_);
+            } catch (...) {
+              drop(c, false);  // closing the connection rolls back on the server
+            }
+          }
+          throw;
+        }
+        return Result();
+      });
+    } catch (const Error &e) {
+      throw toolnexus::sdk::BatchError(at, e.code,
+                                       at < n ? e.message + " (record " + std::to_string(at) +
+                                                    " of the batch; nothing written)"
+                                              : e.message);
     }
-    if (expected > static_cast<uint64_t>(INT64_MAX))
-      throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + " cannot be stored");
-    p.int8(static_cast<int64_t>(expected));
-    Result r = with_conn(false, [&](Conn &c) { return run(c, kSaveCas, p, what); });
-    int64_t v = 0;
-    if (PQntuples(r.get()) == 1 && read_int(r.get(), 0, 0, v)) return checked_version(v, what);
-    throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + ", " + stored(r.get()));
   }
 
   void del(std::string_view id, uint64_t expected) override {
@@ -633,6 +669,39 @@ class PgStore final : public toolnexus::sdk::Store {
     return std::string();
   }
 
+  /// count (ABI 1.3): see pg::Sql::count: a sum of counters for the
+  /// owner/tenant/state filters, an index count for the others.
+  uint64_t count(const tnx_list_query &q) override {
+    if ((q.filter_flags & ~pg::kAllFilters) != 0)
+      throw Error(TNX_EUNSUPPORTED,
+                  "count: unknown filter_flags bits " + std::to_string(q.filter_flags & ~pg::kAllFilters));
+    const uint32_t filters = q.filter_flags;
+    const bool counters = have_counts_ && (filters & (pg::kByContext | pg::kAfter | pg::kBefore)) == 0;
+    Params p;
+    if (filters & pg::kByContext) p.text(view(q.context_id));
+    if (filters & pg::kByState) p.text(view(q.state));
+    if (filters & pg::kByOwner) p.text(view(q.owner));
+    if (filters & pg::kByTenant) p.text(view(q.tenant));
+    if (filters & pg::kAfter) p.int8(q.after_us);
+    if (filters & pg::kBefore) p.int8(q.before_us);
+    // Count shapes share the connection's set of prepared list shapes,
+    // above the 8 bits list uses.
+    const uint32_t shape = (1u << 8) | filters;
+    Result r = with_conn(true, [&](Conn &c) {
+      const std::string name = "tnx_count_" + std::to_string(filters);
+      if (c.lists.count(shape) == 0) {
+        prepare(c, name.c_str(), sql_.count(filters, counters), p, "count");
+        c.lists.insert(shape);
+      }
+      return exec_prepared(c, name.c_str(), p, "count");
+    });
+    int64_t n = 0;
+    if (PQntuples(r.get()) != 1 || !read_int(r.get(), 0, 0, n) || n < 0)
+      throw Error(TNX_ECORRUPT, "count of table " + opt_.table + " in " + target_ +
+                                    " gave no count (a counter table altered by hand?)");
+    return static_cast<uint64_t>(n);
+  }
+
   /// Closes every connection (idempotent; no call is running by contract).
   void close() override {
     std::lock_guard<std::mutex> l(mu_);
@@ -644,6 +713,35 @@ class PgStore final : public toolnexus::sdk::Store {
   }
 
  private:
+  /// save's statement choice and result checks; `exec(stmt, params, what)`
+  /// runs a fixed statement and returns its result.
+  template <class Exec>
+  uint64_t save_with(const tnx_task_record &rec, uint64_t expected, Exec &&exec_stmt) {
+    const std::string what = "save of task " + quote(view(rec.id));
+    Params p;
+    p.text(view(rec.id));
+    p.text(view(rec.context_id));
+    p.text(view(rec.state));
+    p.int8(rec.status_time_us);
+    p.text(view(rec.owner));
+    p.text(view(rec.tenant));
+    p.text(view(rec.task_json));
+    if (expected == TNX_VERSION_ANY || expected == TNX_VERSION_NONE) {
+      Stmt s = expected == TNX_VERSION_ANY ? kSaveAny : kSaveNone;
+      Result r = exec_stmt(s, p, what);
+      if (PQntuples(r.get()) == 0)
+        throw Error(TNX_ECONFLICT, what + ": expected no stored task (create only), but one exists");
+      return new_version(r.get(), 0, what);
+    }
+    if (expected > static_cast<uint64_t>(INT64_MAX))
+      throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + " cannot be stored");
+    p.int8(static_cast<int64_t>(expected));
+    Result r = exec_stmt(kSaveCas, p, what);
+    int64_t v = 0;
+    if (PQntuples(r.get()) == 1 && read_int(r.get(), 0, 0, v)) return checked_version(v, what);
+    throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + ", " + stored(r.get()));
+  }
+
   /// A connection taken from the pool; returns it on destruction.
   class Lease {
    public:
@@ -983,6 +1081,9 @@ class PgStore final : public toolnexus::sdk::Store {
   }
 
   const Options opt_;
+  /// The table is at schema 3 (has the counters); false for a schema 2
+  /// table opened read-only. Set at open, then read only.
+  bool have_counts_ = true;
   const std::string uri_;     // for libpq; may contain a password: never shown
   const std::string target_;  // "postgresql://user@host:port/db table t", for messages
   const Secrets secrets_;
@@ -1040,7 +1141,9 @@ void PgStore::check_schema() {
   if (!exists || version < 0)
     throw Error(TNX_ECORRUPT, at + " is recorded at schema version " + std::to_string(version) + " in " +
                                   pg::kMetaTable + " but " + (version < 0 ? "that is invalid" : "does not exist"));
-  if (version != pg::kSchemaVersion)
+  // Schema 2 lacks only the counters: read as it is (count scans).
+  if (version == 2) have_counts_ = false;
+  if (version != pg::kSchemaVersion && version != 2)
     throw Error(TNX_EUNSUPPORTED,
                 at + " has schema version " + std::to_string(version) + "; this plugin reads version " +
                     std::to_string(pg::kSchemaVersion) +
@@ -1085,7 +1188,9 @@ void PgStore::setup_schema() {
       // DDL of a creation or migration may take long on a big table: no
       // statement timeout for the rest of this transaction.
       sql("SET LOCAL statement_timeout = 0", timeout_ms_);
-      for (const std::string &s : version == 0 ? sql_.create_v2() : sql_.migrate_v1_to_v2()) sql(s, 0);
+      if (version < 2)
+        for (const std::string &s : version == 0 ? sql_.create_v2() : sql_.migrate_v1_to_v2()) sql(s, 0);
+      for (const std::string &s : sql_.create_v3_counts(version != 0)) sql(s, 0);
       Params up;
       up.text(opt_.table);
       exec_sql(c,

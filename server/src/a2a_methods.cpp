@@ -702,20 +702,12 @@ void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, 
       bad_param("params.pageToken", "is not a page token this server issued");
     throw;
   }
-  // totalSize: every readable match, counted from index fields only (a
-  // record delivered as unreadable has version 0; a sound one never does).
-  uint64_t total = 0;
-  {
-    ListQuery cq = q;
-    cq.cursor.clear();
-    cq.omit_json = true;
-    cq.page_size = 1000;
-    do {
-      ListPage cp = lifecycle_.store()->list(cq);
-      for (const TaskRecord &r : cp.records) total += r.version != 0 ? 1 : 0;
-      cq.cursor = cp.next_cursor;
-    } while (!cq.cursor.empty());
-  }
+  // totalSize: every match before pagination, exact (A2A v1.0 a2a.proto,
+  // ListTasksResponse.total_size: "Total number of tasks available (before
+  // pagination)", REQUIRED). The store counts (ABI 1.3 count: counters or an
+  // index, not a scan of every record); a record known to be unreadable is
+  // not counted.
+  const uint64_t total = lifecycle_.store()->count(q);
   std::vector<Task> tasks;
   tasks.reserve(page.records.size());
   for (const TaskRecord &rec : page.records) {

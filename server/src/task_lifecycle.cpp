@@ -850,10 +850,22 @@ std::size_t TaskLifecycle::settle_expired() {
     ListQuery q;
     q.state = std::string(state);
     q.page_size = 200;
+    // One unreadable record must not stop the sweep for every other Task:
+    // the store hands it over (ABI 1.1 deliver_corrupt, version 0) and it
+    // is skipped and reported.
+    q.deliver_corrupt = true;
     do {
       ListPage page = store_->list(q);
-      for (TaskRecord &rec : page.records)
+      for (TaskRecord &rec : page.records) {
+        if (rec.version == 0) {
+          if (state == ts::kSubmitted)  // delivered to both passes: report once
+            log_.warn("lease sweep: skipping an unreadable record '" + rec.id + "'" +
+                      (rec.problem.empty() ? std::string() : ": " + rec.problem) +
+                      " (run `toolnexus store check` on the store)");
+          continue;
+        }
         if (settle_one(rec)) ++settled;
+      }
       q.cursor = page.next_cursor;
       std::lock_guard<std::mutex> lock(maint_mu_);
       if (stop_maintenance_) return settled;

@@ -62,10 +62,11 @@ inline std::string unique(const std::string &prefix) {
 }
 
 /// Opens a store on the test cluster with tnx_table=`table` and `params`.
-inline std::shared_ptr<toolnexus::TaskStore> open_store(const std::string &table, const std::string &params = "") {
+inline std::shared_ptr<toolnexus::TaskStore> open_store(const std::string &table, const std::string &params = "",
+                                                        const toolnexus::OpenOptions &options = {}) {
   std::string uri = with(base_uri(), "tnx_table=" + table);
   if (!params.empty()) uri = with(uri, params);
-  return toolnexus::resolve_store(uri);
+  return toolnexus::resolve_store(uri, options);
 }
 
 /// An administrative libpq connection (blocking, text results).

@@ -90,7 +90,7 @@ TEST_CASE("options: tnx_ parameters are the plugin's, the rest goes to libpq") {
                                    TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT));
   CHECK(s->save(make_task("o1", "c", "working", 1)) == 1);
   Admin admin;
-  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "2");
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
   CHECK(admin.scalar("SELECT task_json FROM " + t + " WHERE id = 'o1'") == make_task("o1", "c", "working", 1).to_json());
   CHECK(std::stoi(admin.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tnx_opt_probe'")) >= 1);
 
@@ -247,7 +247,7 @@ TEST_CASE("schema version 1 is migrated to 2 in place") {
   add("d", "c1", "working", 1000, "bob", "t1", "1");
 
   auto s = open_store(t);
-  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "2");
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
   CHECK(admin.scalar("SELECT is_nullable FROM information_schema.columns WHERE table_name = $1 AND column_name = "
                      "'status_time_us'",
                      {t}) == "NO");
@@ -290,17 +290,68 @@ TEST_CASE("schema version 1 is migrated to 2 in place") {
   CHECK(s2->get("a")->version == 4);
 }
 
+TEST_CASE("schema 3: counters follow saves, deletes and writes by hand; a version 2 table is migrated") {
+  Admin admin;
+  const std::string t = unique("counts");
+  auto s = open_store(t);
+  for (int i = 0; i < 24; ++i) {
+    SaveOptions o;
+    o.owner = i % 3 ? "alice" : "bob";
+    o.tenant = i % 4 ? "" : "acme";
+    s->save(make_task("k" + std::to_string(i), "c" + std::to_string(i % 2), i % 2 ? "working" : "completed", 10 + i), o);
+  }
+  s->save(make_task("k0", "c5", "failed", 99));  // moves between counter rows
+  s->remove("k1");
+  s->remove("k2");
+  s->save(make_task("k2", "c1", "submitted", 7));  // a deleted row revived
+  auto check_counts = [&](TaskStore &st) {
+    std::vector<ListQuery> qs(6);
+    qs[1].owner = "alice";
+    qs[1].tenant = "";
+    qs[2].state = "working";
+    qs[3].owner = "bob";
+    qs[3].tenant = "acme";
+    qs[3].state = "completed";
+    qs[4].context_id = "c1";
+    qs[5].after_us = pgtest::time_of(20);
+    qs[5].owner = "alice";
+    for (const auto &q : qs) {
+      int pages = 0;
+      CHECK(st.count(q) == list_all(st, q, pages).size());
+    }
+  };
+  check_counts(*s);
+  admin.exec("UPDATE " + t + " SET state = 'canceled' WHERE id = 'k4'");
+  check_counts(*s);
+  CHECK(admin.scalar("SELECT sum(n) FROM \"" + t + "$counts\"") == "23");
+  // Back to version 2 (no counters): read-only it is read as it is, and a
+  // read-write open migrates it, filling the counters from the live rows.
+  admin.exec("DROP TRIGGER \"" + t + "$count\" ON " + t);
+  admin.exec("DROP FUNCTION \"" + t + "$count\"()");
+  admin.exec("DROP TABLE \"" + t + "$counts\"");
+  admin.query("UPDATE toolnexus_schema SET version = 2 WHERE table_name = $1", {t});
+  OpenOptions ro;
+  ro.read_only = true;
+  auto r = open_store(t, "", ro);
+  check_counts(*r);
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "2");
+  auto w = open_store(t);
+  check_counts(*w);
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
+  CHECK(admin.scalar("SELECT sum(n) FROM \"" + t + "$counts\"") == "23");
+}
+
 TEST_CASE("a newer schema is refused; a table that is not ours is refused") {
   Admin admin;
   admin.exec(pg::Sql::create_meta());
   const std::string newer = unique("newer");
   for (const auto &s : pg::Sql(newer).create_v2()) admin.exec(s);
-  admin.query("INSERT INTO toolnexus_schema (table_name, version) VALUES ($1, 3)", {newer});
+  admin.query("INSERT INTO toolnexus_schema (table_name, version) VALUES ($1, 4)", {newer});
   std::string m = expect_status(Status::unsupported, [&] { open_store(newer); });
-  CHECK(m.find("schema version 3") != std::string::npos);
+  CHECK(m.find("schema version 4") != std::string::npos);
   CHECK(m.find(newer) != std::string::npos);
   CHECK(m.find("upgrade") != std::string::npos);
-  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {newer}) == "3");  // untouched
+  CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {newer}) == "4");  // untouched
 
   const std::string foreign = unique("foreign");
   admin.exec("CREATE TABLE " + foreign + " (x integer)");
@@ -374,7 +425,7 @@ TEST_CASE("replicas: 8 threads open stores on one fresh table at the same moment
       CHECK(errors[i].empty());
       REQUIRE(stores[i] != nullptr);
     }
-    CHECK(admin.scalar("SELECT version FROM " + schema + ".toolnexus_schema WHERE table_name = 'tasks'") == "2");
+    CHECK(admin.scalar("SELECT version FROM " + schema + ".toolnexus_schema WHERE table_name = 'tasks'") == "3");
     CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'tasks'", {schema}) == "6");
     // They are one store: a save through one is seen through all.
     CHECK(stores[0]->save(make_task("r", "c", "working", 1)) == 1);

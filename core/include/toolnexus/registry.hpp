@@ -93,8 +93,10 @@ class PluginRegistry {
   /// Guard rails (on by default): a plugin directory or library file that
   /// is writable by group or others, or owned by a user other than root and
   /// the current one, is refused, as is a symlink that leads outside its
-  /// plugin directory. allow_insecure(true) turns the permission checks off
-  /// (the symlink rule stays). Only regular files named *.so directly inside
+  /// plugin directory or into a subdirectory of it that fails those checks
+  /// (any directory between the plugin directory and the library).
+  /// allow_insecure(true) turns the permission checks off (the rule that a
+  /// symlink stays inside its plugin directory stays). Only regular files named *.so directly inside
   /// a plugin directory are ever considered.
   void allow_insecure(bool on);
 

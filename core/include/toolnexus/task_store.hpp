@@ -47,6 +47,19 @@ class StoreError : public std::runtime_error {
   Status code_;
 };
 
+/// Thrown by TaskStore::save_batch: the batch wrote nothing; index() is the
+/// position of the Task that failed, or the batch's size when the failure
+/// is not one Task's (e.g. the commit's I/O).
+class BatchError : public StoreError {
+ public:
+  BatchError(Status code, const std::string &message, size_t index)
+      : StoreError(code, message), index_(index) {}
+  size_t index() const noexcept { return index_; }
+
+ private:
+  size_t index_;
+};
+
 /// expected_version value: no compare-and-set (TNX_VERSION_ANY).
 inline constexpr uint64_t kAnyVersion = UINT64_MAX;
 /// expected_version value: the Task must not exist yet (TNX_VERSION_NONE).
@@ -60,6 +73,13 @@ struct SaveOptions {
   std::string owner;
   /// Tenant recorded with the Task ("" = none).
   std::string tenant;
+};
+
+/// One Task of TaskStore::save_batch: the Task (borrowed for the call) and
+/// how to save it.
+struct BatchItem {
+  const Task *task = nullptr;
+  SaveOptions options;
 };
 
 /// A list request. Unset optionals are not filtered on. Order: newest
@@ -125,6 +145,16 @@ class TaskStore {
   /// stored version differs from the expected one; StoreError(io, ...) etc.
   uint64_t save(const Task &task, const SaveOptions &opts = {});
 
+  /// Saves every item in one transaction (ABI 1.3 save_batch): all are
+  /// stored or none is. Items are checked in order; a later item of the same
+  /// id sees the earlier one. Returns the new versions, one per item.
+  /// Throws BatchError naming the failing item (invalid_argument for an
+  /// invalid Task, before anything reaches the store; conflict; io ...), or
+  /// StoreError(unsupported) when the store has no batches (a plugin
+  /// without save_batch, a C++ store that does not override
+  /// do_save_batch): the caller then saves one by one.
+  std::vector<uint64_t> save_batch(const std::vector<BatchItem> &items);
+
   /// Reads a Task's record, or std::nullopt when there is none.
   /// Throws StoreError(corrupt) when it exists but cannot be read.
   virtual std::optional<TaskRecord> get(std::string_view id) = 0;
@@ -138,6 +168,19 @@ class TaskStore {
   /// when a matching record cannot be read (never skipped silently).
   virtual ListPage list(const ListQuery &query) = 0;
 
+  /// How many records list(query) would deliver over all of its pages: the
+  /// records matching every filter of `query` (cursor, page_size, omit_json
+  /// and deliver_corrupt are ignored). This is the A2A ListTasksResponse
+  /// totalSize ("total number of tasks available (before pagination)", A2A
+  /// v1.0 a2a.proto ListTasksResponse.total_size, REQUIRED), so exact. A
+  /// record known to be undecodable is not counted.
+  /// The default implementation pages through list() with omit_json and
+  /// deliver_corrupt (O(matches)); plugin stores use the plugin's count
+  /// (ABI 1.3) when it offers one, which answers from counters or an index.
+  /// Throws StoreError like list() (invalid_argument, unsupported for an
+  /// unknown filter, io, corrupt, internal).
+  virtual uint64_t count(const ListQuery &query);
+
   /// Where the store came from and its capabilities.
   virtual StoreInfo info() const = 0;
 
@@ -150,6 +193,12 @@ class TaskStore {
   /// Saves a record whose index fields agree with its json (save() ensures
   /// it). Same contract as save().
   virtual uint64_t do_save(const TaskRecord &record, uint64_t expected_version) = 0;
+
+  /// Saves records whose index fields agree with their json, all or none
+  /// (save_batch() ensures the agreement). The default throws
+  /// StoreError(unsupported).
+  virtual std::vector<uint64_t> do_save_batch(const std::vector<TaskRecord> &records,
+                                              const std::vector<uint64_t> &expected_versions);
 };
 
 }  // namespace toolnexus

@@ -73,6 +73,13 @@ struct Error : std::exception {
   std::string message;
 };
 
+/// Thrown by Store::save_batch for a failure of one record: `index` is its
+/// position in the batch (reported to the host as out_failed).
+struct BatchError : Error {
+  BatchError(uint64_t i, tnx_status c, std::string m) : Error(c, std::move(m)), index(i) {}
+  uint64_t index;
+};
+
 /// Delivers records to the host's sink. Callable on the calling thread only,
 /// during the store call it was given to.
 class RecordOut {
@@ -104,6 +111,25 @@ class Store {
   virtual std::string list(const tnx_list_query &q, const RecordOut &out) = 0;
   /// Flushes; called once before destruction. Throw Error(TNX_EIO) on loss.
   virtual void close() {}
+  /// ABI 1.3 count: how many records list would deliver for the filters of
+  /// `q` over all pages (cursor, page_size, omit_json, deliver_corrupt
+  /// ignored); see tnx_store_vtable.count for the contract. The default
+  /// throws Error(TNX_EUNSUPPORTED), and the host then counts by listing.
+  virtual uint64_t count(const tnx_list_query &q) {
+    (void)q;
+    throw Error(TNX_EUNSUPPORTED, "count: not offered by this store (the host counts by listing)");
+  }
+  /// ABI 1.3 save_batch: saves recs[0..n) all or none, writing each new
+  /// version to out_versions[i]; see tnx_store_vtable.save_batch. Throw
+  /// BatchError(i, ...) for the record that fails, Error(...) for a failure
+  /// of the whole (it is reported as index n). The records were checked
+  /// like save's (non-empty id and task_json) before the call. The default
+  /// throws Error(TNX_EUNSUPPORTED): the host then saves one by one.
+  virtual void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                          uint64_t *out_versions) {
+    (void)recs; (void)expected; (void)n; (void)out_versions;
+    throw Error(TNX_EUNSUPPORTED, "save_batch: not offered by this store (the host saves one by one)");
+  }
 
   /// True when the host opened this store with TNX_OPEN_READ_ONLY. Set by
   /// open_trampoline before the store is handed out; save and del are then
@@ -230,6 +256,53 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           return TNX_OK;
         });
         delete st;
+        return rc;
+      },
+      // count (ABI 1.3)
+      [](tnx_store *s, const tnx_list_query *q, uint64_t *out, char *err, uint32_t cap) noexcept
+      -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (q == nullptr || q->header.abi_major != TNX_ABI_MAJOR || q->header.struct_size < kQueryV10Size)
+            throw Error(TNX_EINVAL, "count: query missing, of another ABI major, or smaller than ABI 1.0's");
+          if (out == nullptr) throw Error(TNX_EINVAL, "count: out_count is NULL");
+          if ((q->filter_flags & ~TNX_FILTER_ALL) != 0)
+            throw Error(TNX_EUNSUPPORTED, "count: unknown filter_flags bits " + std::to_string(q->filter_flags & ~TNX_FILTER_ALL));
+          for (tnx_str f : {q->context_id, q->state, q->owner, q->tenant}) detail::check_str(f, "count: a query field");
+          *out = detail::as_store(s)->count(*q);
+          return TNX_OK;
+        });
+      },
+      // save_batch (ABI 1.3)
+      [](tnx_store *s, const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+         uint64_t *out, uint64_t *failed, char *err, uint32_t cap) noexcept -> tnx_status {
+        uint64_t at = n;
+        tnx_status rc = detail::guarded(err, cap, [&] {
+          if (n != 0 && (recs == nullptr || expected == nullptr || out == nullptr))
+            throw Error(TNX_EINVAL, "save_batch: recs, expected or out_versions is NULL");
+          for (uint64_t i = 0; i < n; ++i) {
+            const tnx_task_record *rec = recs[i];
+            at = i;
+            if (rec == nullptr || rec->header.abi_major != TNX_ABI_MAJOR || rec->header.struct_size < kRecordV10Size)
+              throw Error(TNX_EINVAL, "save_batch: record " + std::to_string(i) +
+                                          " missing, of another ABI major, or smaller than ABI 1.0's");
+            if (rec->id.len == 0) throw Error(TNX_EINVAL, "save_batch: record " + std::to_string(i) + ": empty task id");
+            for (tnx_str f : {rec->id, rec->context_id, rec->state, rec->owner, rec->tenant, rec->task_json})
+              detail::check_str(f, "save_batch: a record field");
+            if (rec->task_json.len == 0)
+              throw Error(TNX_EINVAL, "save_batch: record " + std::to_string(i) + ": empty task_json");
+          }
+          at = n;
+          if (detail::as_store(s)->read_only())
+            throw Error(TNX_EUNSUPPORTED, "save_batch: the store was opened read-only");
+          try {
+            detail::as_store(s)->save_batch(recs, expected, n, out);
+          } catch (const BatchError &e) {
+            at = e.index < n ? e.index : n;
+            throw;
+          }
+          return TNX_OK;
+        });
+        if (rc != TNX_OK && failed != nullptr) *failed = at;
         return rc;
       },
   };

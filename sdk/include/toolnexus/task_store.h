@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.2.
+ * storage plugin. ABI version 1.3.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -76,8 +76,9 @@ extern "C" {
  *  1.0: first release. 1.1: tnx_plugin_descriptor.location_syntax,
  *  tnx_list_query.deliver_corrupt. 1.2: tnx_open_args.flags
  *  (TNX_OPEN_READ_ONLY), tnx_open_args.capabilities (per-store
- *  capabilities) and tnx_task_record.problem. */
-#define TNX_ABI_MINOR 2
+ *  capabilities) and tnx_task_record.problem. 1.3: tnx_store_vtable.count
+ *  and tnx_store_vtable.save_batch (both optional). */
+#define TNX_ABI_MINOR 3
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
 #define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
@@ -366,7 +367,9 @@ typedef struct tnx_store tnx_store;
 
 /**
  * The store functions. One vtable per plugin (static storage in the plugin),
- * shared by every store it opens. All function pointers are required.
+ * shared by every store it opens. The function pointers of ABI 1.0 (get,
+ * save, del, list, close) are required; count and save_batch (ABI 1.3) may
+ * be NULL.
  *
  * Common arguments of every function:
  *   store    an open store from this plugin's open(); never NULL.
@@ -437,6 +440,55 @@ typedef struct tnx_store_vtable {
    * final flush failed; the message says what may be lost).
    */
   tnx_status (*close)(tnx_store *store, char *err, uint32_t err_cap);
+
+  /* ---- ABI 1.3: read only when TNX_HAS_FIELD(vt, tnx_store_vtable, m);
+   *      a vtable of ABI 1.0..1.2 ends before it ---- */
+
+  /**
+   * count: writes to *out_count (never NULL) how many records list would
+   * deliver for `query` over all of its pages, without delivering them: the
+   * records matching every filter enabled in query->filter_flags (the same
+   * filters as list). query->cursor, page_size, omit_json and
+   * deliver_corrupt are ignored. This is the A2A ListTasksResponse
+   * totalSize, "total number of tasks available (before pagination)"
+   * (A2A v1.0 specification/a2a.proto, ListTasksResponse.total_size, a
+   * REQUIRED field), so it is exact: a store keeps counters or an index
+   * that answers without reading every record where it can, and says in
+   * its documentation which filters cost more (e.g. a time window).
+   * A record the store knows to be undecodable is not counted; one whose
+   * index entry is intact but whose bytes are damaged may be (the store
+   * need not decode records to count them).
+   * May be NULL, and may return TNX_EUNSUPPORTED: the host then counts by
+   * listing with omit_json (O(matches) calls of list).
+   * Returns TNX_OK, TNX_EINVAL (bad query), TNX_EUNSUPPORTED (an unknown
+   * filter bit, or counting not offered), TNX_ECORRUPT, TNX_EIO,
+   * TNX_EINTERNAL. Threading and ownership as list.
+   */
+  tnx_status (*count)(tnx_store *store, const tnx_list_query *query, uint64_t *out_count,
+                      char *err, uint32_t err_cap);
+
+  /**
+   * save_batch: saves `n` records in one transaction: after TNX_OK all of
+   * them are stored (durably with TNX_CAP_DURABLE), after any failure none
+   * of them is. recs[i] and expected[i] are as rec and expected_version of
+   * save, checked in order: a later record of the same id sees the earlier
+   * one (its expected version may be the version the earlier one gets).
+   * recs (n pointers; pointers, not an array of structs, so each record's
+   * own struct_size counts) and expected are borrowed for the call.
+   * On TNX_OK, out_versions[i] (an array of n, never NULL) receives the new
+   * version of recs[i]. On failure, *out_failed (never NULL) receives the
+   * index of the record that failed (TNX_ECONFLICT, TNX_EINVAL), or n when
+   * the failure is not one record's (TNX_EIO at commit), and the message
+   * says why; nothing was written. n == 0 is TNX_OK.
+   * May be NULL, and may return TNX_EUNSUPPORTED: the host then saves the
+   * records one by one (each atomic, the whole not; `toolnexus store put`
+   * of a JSON-lines stream says which lines were saved).
+   * Returns TNX_OK, TNX_ECONFLICT, TNX_EINVAL, TNX_EIO, TNX_EUNSUPPORTED,
+   * TNX_EINTERNAL. Threading as save.
+   */
+  tnx_status (*save_batch)(tnx_store *store, const tnx_task_record *const *recs,
+                           const uint64_t *expected, uint64_t n, uint64_t *out_versions,
+                           uint64_t *out_failed, char *err, uint32_t err_cap);
 } tnx_store_vtable;
 
 /* ======================================================================== */
