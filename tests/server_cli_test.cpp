@@ -284,3 +284,91 @@ TEST_CASE("--allow-insecure-plugins, which every refusal suggests, is accepted b
   CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
   std::filesystem::permissions(plugins, std::filesystem::perms::group_write, std::filesystem::perm_options::remove);
 }
+
+namespace {
+
+std::vector<std::string> stream_server_args(const std::string &store, const std::string &agent) {
+  return {"serve", "--listen", "127.0.0.1:0", "--store", store, "--agent", agent, "--echo-chunk-delay-ms", "300",
+          "--progress-interval-ms", "1", "--lease-ms", "1000", "--lease-renew-ms", "400", "--settle-interval-ms",
+          "200", "--stream-poll-ms", "50"};
+}
+
+}  // namespace
+
+TEST_CASE("streams across a SIGKILL: a reconnect with Last-Event-ID to the restarted server loses and repeats nothing") {
+  TempDir dir;
+  const std::string store = "file:" + dir.str();
+  std::vector<SseEvent> before;
+  std::string task;
+  {
+    Child a(stream_server_args(store, "echo"));
+    const std::string url = url_from(a.first_stdout_line());
+    Connection conn(port_of(url));
+    // Eight words: four chunks, 300 ms apart.
+    SseReader sse(conn, rpc_request("SendStreamingMessage",
+                                    R"({"message":{"role":"ROLE_USER","messageId":"k1","parts":[{"text":)"
+                                    R"("one two three four five six seven eight"}]}})",
+                                    "1", "A2A-Version: 1.0\r\n"));
+    // The Task, working and the first chunks; then the server dies mid-Task.
+    while (before.size() < 4) {
+      auto e = sse.next(5000ms);
+      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+      before.push_back(*e);
+    }
+    task = parse(before[0].data)["result"]["task"]["id"].GetString();
+    ::kill(a.pid, SIGKILL);
+    a.wait_exit();
+  }
+  Child b(stream_server_args(store, "echo"));
+  const std::string url = url_from(b.first_stdout_line());
+  Connection conn(port_of(url));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "2",
+                                  "A2A-Version: 1.0\r\nLast-Event-ID: " + before.back().id + "\r\n"));
+  REQUIRE(sse.status() == 200);
+  const std::vector<SseEvent> after = sse.rest(10000ms);
+  CHECK(sse.ended());
+  REQUIRE(!after.empty());
+  // Every event number once, in order, across both connections.
+  std::vector<SseEvent> all = before;
+  all.insert(all.end(), after.begin(), after.end());
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::stoull(all[i].id) == std::stoull(all[i - 1].id) + 1);
+  }
+  // The run died with its server: the next server settles it (lease expiry)
+  // and the subscriber sees that as the last event.
+  auto last = parse(after.back().data);
+  CHECK(std::string(last["result"]["statusUpdate"]["status"]["state"].GetString()) == "TASK_STATE_FAILED");
+  const std::string why = last["result"]["statusUpdate"]["status"]["message"]["parts"][0]["text"].GetString();
+  CHECK(why.find("The server that ran this Task stopped before finishing it") == 0);
+}
+
+TEST_CASE("subscribe after a restart: the parked Task's snapshot, then its run once a message resumes it") {
+  TempDir dir;
+  const std::string store = "file:" + dir.str();
+  std::string task;
+  {
+    Child a(stream_server_args(store, "approval"));
+    Client c(url_from(a.first_stdout_line()));
+    task = task_id(c.send("ship 2.0"));
+    CHECK(state_of(c.wait_settled(task)) == "input-required");
+    ::kill(a.pid, SIGKILL);
+    a.wait_exit();
+  }
+  Child b(stream_server_args(store, "approval"));
+  const std::string url = url_from(b.first_stdout_line());
+  Connection conn(port_of(url));
+  SseReader sse(conn, rpc_request("tasks/resubscribe", R"({"id":)" + q(task) + "}", "3"));
+  auto snap = sse.next();
+  REQUIRE(snap);
+  CHECK(std::string(parse(snap->data)["result"]["status"]["state"].GetString()) == "input-required");
+  Client c(url);
+  c.send("approve", R"("taskId":)" + q(task), "");
+  auto rest = sse.rest();
+  REQUIRE(rest.size() == 3);
+  CHECK(std::string(parse(rest[0].data)["result"]["status"]["state"].GetString()) == "working");
+  CHECK(std::string(parse(rest[1].data)["result"]["kind"].GetString()) == "artifact-update");
+  auto done = parse(rest[2].data);
+  CHECK(std::string(done["result"]["status"]["state"].GetString()) == "completed");
+  CHECK(done["result"]["final"].GetBool());
+}

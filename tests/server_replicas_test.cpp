@@ -492,3 +492,35 @@ TEST_CASE("the database goes down and comes back while both replicas run") {
     CHECK(state_of(ca.wait_settled(fresh)) == "input-required");
   }
 }
+
+TEST_CASE("a subscriber on replica B gets every event of a Task running on replica A, within the poll bound") {
+  auto oa = test_options();
+  oa.echo_chunk_delay_ms = 120;  // echo: four chunks, 120 ms apart
+  auto ob = test_options();
+  ob.streams.poll_ms = 50;
+  Replicas r(pgtest::base_uri(), pgtest::unique("rep_stream"), oa, ob);
+  Client ca(r.a.url());
+  const std::string id =
+      task_id(ca.call("SendMessage", R"({"message":)" + message("one two three four five six seven eight", "m-s") +
+                                         R"(,"configuration":{"blocking":false}})"));
+  Connection conn(port_of(r.b.url()));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(id) + "}", "1", "A2A-Version: 1.0\r\n"));
+  REQUIRE(sse.status() == 200);
+  std::vector<std::pair<SseEvent, Clock::time_point>> got;
+  while (auto e = sse.next(5000ms)) got.emplace_back(*e, Clock::now());
+  CHECK(sse.ended());
+  REQUIRE(got.size() >= 3);
+  for (std::size_t i = 1; i < got.size(); ++i)
+    CHECK(std::stoull(got[i].first.id) == std::stoull(got[i - 1].first.id) + 1);
+  auto last = parse(got.back().first.data);
+  CHECK(std::string(last["result"]["statusUpdate"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
+  // Bound: B sees A's save within poll_ms plus one read; the stored
+  // completion time against the moment B's frame arrived.
+  const auto stored = r.direct->get(id);
+  const int64_t completed_at = stored->status_time_us;
+  const int64_t seen_at = toolnexus::now_us() -
+                          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - got.back().second).count();
+  MESSAGE("replica B streamed the completion " << static_cast<double>(seen_at - completed_at) / 1000.0
+                                                << " ms after replica A saved it");
+  CHECK(seen_at - completed_at < 1000 * 1000);
+}
