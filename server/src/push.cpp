@@ -456,7 +456,9 @@ void PushDeliverer::worker_loop() {
     }
     auto it = due_.begin();
     if (it->first > Clock::now()) {
-      cv_.wait_until(lock, it->first);
+      // A copy: another thread may erase the entry while this one waits.
+      const Clock::time_point when = it->first;
+      cv_.wait_until(lock, when);
       continue;
     }
     const std::string id = it->second;
