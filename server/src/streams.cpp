@@ -35,7 +35,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     });
   }
 
-  bool on_update(const SnapshotPtr &latest) override {
+  bool on_update(const SnapshotPtr &latest, EventRenderCache &cache) override {
     if (sse_->closed()) return false;
     if (sse_->pending() > kHighWaterBytes) {
       behind_ = true;
@@ -43,29 +43,36 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     }
     behind_ = false;
     std::string frames;
+    const Dialect d = style_.dialect;
     if (!started_) {
       started_ = true;
       if (resume_after_) {
         cursor_ = *resume_after_;
         // A cursor from the future (another store, a reset Task): start over.
         if (cursor_ > event_seq(latest->task)) {
-          append_snapshot_frame(frames, latest->task, style_, event_seq(latest->task), history_length_);
+          append_payload_frame(frames, style_, event_seq(latest->task),
+                               cache.snapshot(latest->task, latest->version, d, history_length_));
           cursor_ = event_seq(latest->task);
           changed_ = true;
         }
+      } else if (first_) {
+        // The Task as the stream began (not cached: rendered once).
+        append_snapshot_frame(frames, first_->task, style_, event_seq(first_->task), history_length_);
+        cursor_ = event_seq(first_->task);
       } else {
-        const Task &t = first_ ? first_->task : latest->task;
-        append_snapshot_frame(frames, t, style_, event_seq(t), history_length_);
-        cursor_ = event_seq(t);
+        append_payload_frame(frames, style_, event_seq(latest->task),
+                             cache.snapshot(latest->task, latest->version, d, history_length_));
+        cursor_ = event_seq(latest->task);
       }
       first_.reset();
     }
     const uint64_t newest = event_seq(latest->task);
     if (newest > cursor_) {
-      std::string state;
-      if (!append_event_frames(frames, latest->task, cursor_, style_, &state)) {
+      if (cache.events_after(latest->task, cursor_, d, events_)) {
+        for (const EventRenderCache::Event *e : events_) append_payload_frame(frames, style_, e->seq, e->payload);
+      } else {
         // Events the client missed have left the timeline: the Task as it is.
-        append_snapshot_frame(frames, latest->task, style_, newest, history_length_);
+        append_payload_frame(frames, style_, newest, cache.snapshot(latest->task, latest->version, d, history_length_));
       }
       cursor_ = newest;
       changed_ = true;
@@ -124,6 +131,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
   bool started_ = false;
   bool changed_ = false;
   std::atomic<bool> behind_{false};
+  std::vector<const EventRenderCache::Event *> events_;
 };
 
 std::string too_many(std::size_t n) {

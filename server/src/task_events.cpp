@@ -274,6 +274,73 @@ bool for_each_event(const Task &task, uint64_t after, const FrameStyle &style,
   return true;
 }
 
+bool EventRenderCache::events_after(const Task &task, uint64_t after, Dialect d, std::vector<const Event *> &out) {
+  out.clear();
+  const rapidjson::Value *ev = timeline(task);
+  const uint64_t newest = event_seq(task);
+  if (after >= newest) return true;
+  const rapidjson::Value *log = ev == nullptr ? nullptr : find(*ev, "log");
+  if (log == nullptr || !log->IsArray() || log->Empty()) return false;
+  if (seq_of((*log)[0]) > after + 1) return false;
+  auto &cache = events_[d == Dialect::v1_0 ? 1 : 0];
+  const uint64_t oldest = seq_of((*log)[0]);
+  // Events that left the timeline leave the cache too.
+  while (!cache.empty() && cache.begin()->first < oldest) cache.erase(cache.begin());
+  FrameStyle style;
+  style.binding = Binding::rest;
+  style.dialect = d;
+  for (const auto &entry : log->GetArray()) {
+    const uint64_t seq = seq_of(entry);
+    if (seq <= after) continue;
+    auto it = cache.find(seq);
+    if (it == cache.end()) {
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      Event e;
+      e.seq = seq;
+      if (const rapidjson::Value *st = find(entry, "status")) {
+        write_status_event(w, task, entry, d);
+        e.state = std::string(str(find(*st, "state")));
+      } else if (!write_artifact_event(w, task, entry, d)) {
+        return false;
+      }
+      e.payload.assign(buf.GetString(), buf.GetSize());
+      it = cache.emplace(seq, std::move(e)).first;
+    }
+    out.push_back(&it->second);
+  }
+  return true;
+}
+
+const std::string &EventRenderCache::snapshot(const Task &task, uint64_t version, Dialect d, int64_t history_length) {
+  Snap &s = snaps_[d == Dialect::v1_0 ? 1 : 0];
+  if (s.version != version || s.history_length != history_length) {
+    FrameStyle style;
+    style.binding = Binding::rest;
+    style.dialect = d;
+    s.payload = snapshot_payload(task, style, history_length);
+    s.version = version;
+    s.history_length = history_length;
+  }
+  return s.payload;
+}
+
+void append_payload_frame(std::string &out, const FrameStyle &style, uint64_t seq, std::string_view payload) {
+  out += "id: ";
+  out += std::to_string(seq);
+  out += "\ndata: ";
+  if (style.binding == Binding::jsonrpc) {
+    out += R"({"jsonrpc":"2.0","id":)";
+    out += style.rpc_id;
+    out += R"(,"result":)";
+    out += payload;
+    out += "}";
+  } else {
+    out += payload;
+  }
+  out += "\n\n";
+}
+
 bool append_event_frames(std::string &out, const Task &task, uint64_t after, const FrameStyle &style,
                          std::string *last_state) {
   std::string frames, state;

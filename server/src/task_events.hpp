@@ -32,6 +32,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -88,6 +90,43 @@ bool for_each_event(const Task &task, uint64_t after, const FrameStyle &style,
 
 /// The payload of the whole Task as `style` frames it (no SSE framing).
 std::string snapshot_payload(const Task &task, const FrameStyle &style, int64_t history_length = -1);
+
+/// The payloads of a Task's events and snapshots, rendered once for every
+/// stream of the Task: an event never changes once written (its status
+/// message is in history, its artifact parts are appended, never
+/// rewritten), so a payload serves every stream and every later version of
+/// the Task; streams only wrap it (JSON-RPC envelope, SSE framing). Not
+/// thread-safe: one user (the TaskWatch delivery thread) at a time.
+class EventRenderCache {
+ public:
+  struct Event {
+    uint64_t seq = 0;
+    /// The event as HTTP+JSON frames it (v1.0 StreamResponse; v0.3 the
+    /// bare event object).
+    std::string payload;
+    /// The state of a status event ("" for an artifact event).
+    std::string state;
+  };
+  /// The events of `task` after `after`, in order, into `out` (pointers
+  /// valid until the next call). False when the timeline no longer holds
+  /// them all.
+  bool events_after(const Task &task, uint64_t after, Dialect d, std::vector<const Event *> &out);
+  /// The Task's snapshot payload (as HTTP+JSON frames it) at `version`.
+  const std::string &snapshot(const Task &task, uint64_t version, Dialect d, int64_t history_length);
+
+ private:
+  std::map<uint64_t, Event> events_[2];
+  struct Snap {
+    uint64_t version = UINT64_MAX;
+    int64_t history_length = 0;
+    std::string payload;
+  };
+  Snap snaps_[2];
+};
+
+/// Appends the SSE frame of `payload` (as HTTP+JSON frames it) in `style`
+/// (JSON-RPC: wrapped in a response echoing style.rpc_id) with id `seq`.
+void append_payload_frame(std::string &out, const FrameStyle &style, uint64_t seq, std::string_view payload);
 
 /// Appends an "event: error" frame: JSON-RPC: a complete error response
 /// (v0.3: error.data {"field"}; v1.0: [ErrorInfo]); HTTP+JSON: the

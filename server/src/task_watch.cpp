@@ -177,7 +177,7 @@ void TaskWatch::deliver(const std::string &id) {
         sub->on_gone();
         keep = false;
       } else if (latest) {
-        keep = sub->on_update(latest);
+        keep = sub->on_update(latest, e->cache);
       }
     } catch (const std::exception &ex) {
       log_.error("Task '" + id + "': a subscriber failed: " + ex.what());

@@ -19,6 +19,7 @@
 #define TOOLNEXUS_SERVER_TASK_WATCH_HPP
 
 #include "log.hpp"
+#include "task_events.hpp"
 #include "toolnexus/task_store.hpp"
 
 #include <array>
@@ -65,9 +66,10 @@ class TaskSubscriber {
  public:
   explicit TaskSubscriber(std::string task_id) : task_id_(std::move(task_id)) {}
   virtual ~TaskSubscriber() = default;
-  /// The newest record of the Task known here (never null). Returns false
-  /// when the subscriber is finished (it is then dropped).
-  virtual bool on_update(const SnapshotPtr &latest) = 0;
+  /// The newest record of the Task known here (never null), and the
+  /// render cache every subscriber of the Task shares. Returns false when
+  /// the subscriber is finished (it is then dropped).
+  virtual bool on_update(const SnapshotPtr &latest, EventRenderCache &cache) = 0;
   /// The Task is no longer in the store. The subscriber is dropped after.
   virtual void on_gone() = 0;
   /// Called every idle_tick_ms. Returns false when finished.
@@ -153,6 +155,8 @@ class TaskWatch {
   struct Entry {
     SnapshotPtr latest;
     std::vector<std::shared_ptr<TaskSubscriber>> subs;
+    /// Used by the delivery thread only.
+    EventRenderCache cache;
     /// Holds (each wait() has one).
     int holds = 0;
     bool gone = false;
