@@ -421,7 +421,10 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
     const std::size_t max = push_->options().max_configs_per_task;
     prepare = [cfg = *push_cfg, max](Task &t) { put_push_config(t, cfg, event_seq(t), max); };
   }
-  return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare)
+  // A blocking SendMessage that creates a Task answers only when the Task
+  // settles: it is saved once, with its outcome (TaskLifecycle::create
+  // defer_save), unless its run lasts.
+  return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare, blocking)
                          : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare);
 }
 
@@ -534,8 +537,15 @@ void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call
   // seen without reading the store.
   Task task = start_message(p, call, false, view, blocking, &hold);
   if (blocking) {
+    uint64_t version = 0;
     task = lifecycle_.wait_until_settled(*hold, call.principal, call.tenant,
-                                         std::chrono::milliseconds(blocking_timeout_ms_));
+                                         std::chrono::milliseconds(blocking_timeout_ms_), &version);
+    if (version == 0) {
+      // Not saved yet (a deferred Task whose wait ended early): it is
+      // saved now, before anything about it is acknowledged.
+      if (lifecycle_.stopping()) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
+      task = lifecycle_.persist(hold->id()).task;
+    }
   }
   hold.reset();
   if (call.dialect == Dialect::v1_0) {

@@ -292,9 +292,11 @@ void TaskLifecycle::signal_cancel(const std::string &id) {
 // ---------------------------------------------------------------------------
 
 Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant,
-                           std::unique_ptr<TaskWatch::Hold> *hold, const std::function<void(Task &)> &prepare) {
+                           std::unique_ptr<TaskWatch::Hold> *hold, const std::function<void(Task &)> &prepare,
+                           bool defer_save) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
+  defer_save = defer_save && cas_;
   Task t;
   auto &a = t.allocator();
   const std::string id = new_uuid();
@@ -312,14 +314,20 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   if (prepare) prepare(t);
   add_status_event(t);
 
-  SaveOptions so;
-  so.expected_version = cas_ ? kNoVersion : kAnyVersion;
-  so.owner = owner;
-  so.tenant = tenant;
   Snapshot snap{std::move(t), 0, owner, tenant};
-  snap.version = store_->save(snap.task, so);
+  if (!defer_save) {
+    SaveOptions so;
+    so.expected_version = cas_ ? kNoVersion : kAnyVersion;
+    so.owner = owner;
+    so.tenant = tenant;
+    snap.version = store_->save(snap.task, so);
+  }
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
   auto active = register_active(id, now);
+  if (defer_save) {
+    active->stored = false;
+    active->unsaved = snap;
+  }
   Task result = snap.task;
   enqueue(WorkItem{id, std::move(active), std::move(snap)});
   return result;
@@ -386,7 +394,7 @@ Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, c
 }
 
 Task TaskLifecycle::wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout, uint64_t *version) {
   bool gone = false;
   SnapshotPtr latest = watch_.wait(
       hold,
@@ -397,7 +405,59 @@ Task TaskLifecycle::wait_until_settled(TaskWatch::Hold &hold, const std::string 
       timeout, &gone);
   if (gone || !latest || latest->owner != owner || latest->tenant != tenant)
     throw LifecycleError(LifecycleErrc::not_found, "Task '" + hold.id() + "' not found");
+  if (version != nullptr) *version = latest->version;
   return latest->task;
+}
+
+void TaskLifecycle::mark_stored(ActiveTask &active) {
+  if (active.stored.load()) return;
+  std::lock_guard<std::mutex> lock(active.unsaved_mu);
+  active.stored = true;
+  active.unsaved.reset();
+}
+
+bool TaskLifecycle::save_unsaved(const std::string &id, const std::shared_ptr<ActiveTask> &active,
+                                 const std::function<void(Task &)> &change) {
+  std::lock_guard<std::mutex> lock(active->unsaved_mu);
+  if (active->stored.load() || !active->unsaved) return false;
+  Snapshot s = *active->unsaved;
+  if (change) change(s.task);
+  SaveOptions so;
+  so.expected_version = kNoVersion;
+  so.owner = s.owner;
+  so.tenant = s.tenant;
+  try {
+    s.version = store_->save(s.task, so);
+  } catch (const StoreError &e) {
+    if (e.code() != Status::conflict) throw;
+    // The run saved it first.
+    active->stored = true;
+    active->unsaved.reset();
+    return false;
+  }
+  active->stored = true;
+  active->unsaved.reset();
+  watch_.publish(s);
+  if (log_.enabled(LogLevel::debug)) log_.debug("Task '" + id + "' saved before its outcome (it runs long)");
+  return true;
+}
+
+Snapshot TaskLifecycle::persist(const std::string &task_id) {
+  std::shared_ptr<ActiveTask> active;
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    auto it = active_.find(task_id);
+    if (it != active_.end()) active = it->second;
+  }
+  if (active) save_unsaved(task_id, active, {});
+  std::optional<TaskRecord> rec = store_->get(task_id);
+  if (!rec) throw LifecycleError(LifecycleErrc::not_found, "Task '" + task_id + "' not found");
+  Snapshot s;
+  s.task = rec->task();
+  s.version = rec->version;
+  s.owner = std::move(rec->owner);
+  s.tenant = std::move(rec->tenant);
+  return s;
 }
 
 Snapshot TaskLifecycle::edit(std::string_view task_id, const std::string &owner, const std::string &tenant,
@@ -461,14 +521,14 @@ void TaskLifecycle::worker_loop() {
     } catch (const StoreError &e) {
       // Details (paths, backend messages) go to the log, not to the client.
       log_.error("Task '" + item.id + "': the task store failed during fulfilment: " + e.what());
-      fail_after_error(item.id, std::string("the task store failed (") + status_name(e.code()) +
+      fail_after_error(item.id, item.active, std::string("the task store failed (") + status_name(e.code()) +
                                     "); details are in the server log");
     } catch (const std::exception &e) {
       log_.error("Task '" + item.id + "': fulfilment failed: " + e.what());
-      fail_after_error(item.id, e.what());
+      fail_after_error(item.id, item.active, e.what());
     } catch (...) {
       log_.error("Task '" + item.id + "': fulfilment failed with an unknown exception");
-      fail_after_error(item.id, "unknown error");
+      fail_after_error(item.id, item.active, "unknown error");
     }
     unregister_active(item.id, item.active);
     {
@@ -590,6 +650,7 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     if (r.found && r.verdict == Verdict::save) {
       saved_ = std::move(r.snap);
       active_->working_saved = true;
+      mark_stored(*active_);
       pending_.clear();
     } else {
       // Canceled, settled or taken over meanwhile: stop reporting.
@@ -662,6 +723,7 @@ void TaskLifecycle::run(WorkItem &item) {
         return base;
       }());
   if (done.found && done.verdict == Verdict::save) {
+    mark_stored(*item.active);
     progress.saved();
     if (log_.enabled(LogLevel::debug))
       log_.debug("Task '" + id + "' is " + std::string(done.snap.task.state()));
@@ -682,8 +744,18 @@ void TaskLifecycle::save_working(const std::string &id, const std::shared_ptr<Ac
   }
 }
 
-void TaskLifecycle::fail_after_error(const std::string &id, const std::string &what) {
+void TaskLifecycle::fail_after_error(const std::string &id, const std::shared_ptr<ActiveTask> &active,
+                                     const std::string &what) {
   try {
+    // A deferred Task never saved: its failure is its first save (the
+    // waiting client is told).
+    if (!active->stored.load() &&
+        save_unsaved(id, active, [&](Task &t) {
+          remove_task_metadata(t, kLeaseKey);
+          remove_task_metadata(t, kPendingKey);
+          set_status_with_message(t, ts::kFailed, "The server could not complete this Task: " + what);
+        }))
+      return;
     update(id, [&](Snapshot &s) {
       const std::string_view state = s.task.state();
       if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
@@ -694,12 +766,24 @@ void TaskLifecycle::fail_after_error(const std::string &id, const std::string &w
       return Verdict::save;
     });
   } catch (const std::exception &e) {
+    if (!active->stored.load()) {
+      // Never saved and now unsavable: its waiter is told, nothing is left.
+      const auto *se = dynamic_cast<const StoreError *>(&e);
+      watch_.fail(id, se != nullptr ? se->code() : Status::internal, e.what());
+      log_.error("Task '" + id + "': could not be saved: " + e.what());
+      return;
+    }
     log_.error("Task '" + id + "': could not record the failure either: " + e.what() +
                " (its lease will expire and another sweep will settle it)");
   }
 }
 
 void TaskLifecycle::fail_unstarted(WorkItem &item, const char *why) {
+  if (!item.active->stored.load()) {
+    // Never saved, never acknowledged: nothing to record.
+    unregister_active(item.id, item.active);
+    return;
+  }
   try {
     update(
         item.id,
@@ -731,6 +815,14 @@ void TaskLifecycle::renew_due() {
   {
     std::lock_guard<std::mutex> lock(active_mu_);
     for (const auto &kv : active_) {
+      if (!kv.second->stored.load()) {
+        // Not in the store yet: no lease to renew, nothing to re-read.
+        const int64_t started = kv.second->started_us.load();
+        if (started != 0 && started <= working_before && !kv.second->working_saved.load() &&
+            !kv.second->cancel.load())
+          working.emplace_back(kv.first, kv.second);
+        continue;
+      }
       const int64_t started = kv.second->started_us.load();
       if (started != 0 && started <= working_before && !kv.second->working_saved.load() && !kv.second->cancel.load())
         working.emplace_back(kv.first, kv.second);
@@ -740,8 +832,20 @@ void TaskLifecycle::renew_due() {
         check.emplace_back(kv.first, kv.second);
     }
   }
-  // A run that lasts: save that its Task is working.
-  for (auto &[id, active] : working) save_working(id, active);
+  // A run that lasts: save that its Task is working (a deferred one is
+  // saved for the first time).
+  for (auto &[id, active] : working) {
+    if (!active->stored.load()) {
+      active->working_saved = true;
+      try {
+        if (save_unsaved(id, active, [](Task &t) { set_status_event(t, ts::kWorking); })) continue;
+      } catch (const std::exception &e) {
+        log_.warn("Task '" + id + "': could not save it before its outcome: " + e.what());
+        continue;
+      }
+    }
+    save_working(id, active);
+  }
   // Read-only poll: has another server canceled (or settled, or taken over)
   // a Task running here?
   for (auto &[id, active] : check) {

@@ -136,8 +136,17 @@ class TaskLifecycle {
   /// changes). `prepare` (may be empty) edits the new Task before its
   /// first save (e.g. adds push notification configs).
   /// Throws LifecycleError(overloaded|stopping), StoreError, InvalidTask.
+  ///
+  /// `defer_save` (a blocking SendMessage, whose caller answers only once
+  /// the Task settles): the Task is not saved before it runs; it is saved
+  /// once, with its outcome (or when its run lasts longer than
+  /// progress_interval_ms, or reports progress, or the caller asks with
+  /// persist()). Nothing about it is acknowledged before it is saved, so a
+  /// crash meanwhile loses nothing a client was told. Ignored on a store
+  /// without compare-and-set.
   Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
-              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {});
+              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {},
+              bool defer_save = false);
 
   /// SendMessage with the taskId of an interrupted Task: appends the message
   /// to history, moves the Task to working with a lease of this instance,
@@ -160,8 +169,16 @@ class TaskLifecycle {
   /// Task is terminal or interrupted, or `timeout` passes or the server
   /// stops (then returns it as it is). Throws LifecycleError(not_found) when
   /// it left the store or is not of this owner and tenant.
+  /// `*version` (may be null) receives the version of the record returned:
+  /// 0 when a deferred Task has not been saved yet (see persist()).
   Task wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
-                          std::chrono::milliseconds timeout);
+                          std::chrono::milliseconds timeout, uint64_t *version = nullptr);
+
+  /// Saves a Task created with defer_save that has not been saved yet, as it
+  /// is now, and returns the stored record (also when it was saved by its
+  /// run meanwhile). Throws LifecycleError(not_found) when it is in neither
+  /// place, StoreError.
+  Snapshot persist(const std::string &task_id);
 
   /// Applies `edit` to the stored Task `task_id` of this owner and tenant
   /// (read, edit, compare-and-set save, again on a conflict) and returns it
@@ -192,6 +209,8 @@ class TaskLifecycle {
   TaskWatch &watch() noexcept { return watch_; }
   /// Tasks queued and not yet started.
   std::size_t queued() const noexcept { return queued_.load(); }
+  /// begin_stop() or stop() was called.
+  bool stopping() const noexcept { return stopping_.load(); }
 
  private:
   struct ActiveTask {
@@ -204,6 +223,11 @@ class TaskLifecycle {
     /// "working" is in the store (saved by a progress save, the renewer,
     /// or resume()).
     std::atomic<bool> working_saved{false};
+    /// The Task is in the store (false: created with defer_save and not
+    /// saved yet; then `unsaved` holds it).
+    std::atomic<bool> stored{true};
+    std::mutex unsaved_mu;
+    std::optional<Snapshot> unsaved;
   };
   class RunProgress;
   struct WorkItem {
@@ -229,7 +253,13 @@ class TaskLifecycle {
   void enqueue(WorkItem item);
   void worker_loop();
   void run(WorkItem &item);
-  void fail_after_error(const std::string &id, const std::string &what);
+  void fail_after_error(const std::string &id, const std::shared_ptr<ActiveTask> &active, const std::string &what);
+  /// Saves a deferred Task not yet saved, after `change`; true when this
+  /// call saved it.
+  bool save_unsaved(const std::string &id, const std::shared_ptr<ActiveTask> &active,
+                    const std::function<void(Task &)> &change);
+  /// A save of the Task by its run succeeded: it is stored.
+  static void mark_stored(ActiveTask &active);
   void fail_unstarted(WorkItem &item, const char *why);
   bool settle_one(TaskRecord &rec);
   void renewer_loop();

@@ -109,7 +109,11 @@ std::unique_ptr<TaskWatch::Hold> TaskWatch::hold(const std::string &id, Snapshot
   Shard &s = shard(id);
   std::lock_guard<std::mutex> lock(s.mu);
   auto &slot = s.entries[id];
-  if (!slot) slot = std::make_shared<Entry>();
+  if (!slot) {
+    slot = std::make_shared<Entry>();
+    // The holder's record is news: no re-read before poll_ms.
+    slot->last_news = Clock::now();
+  }
   ++slot->holds;
   take_newer(id, *slot, initial);
   return std::make_unique<Hold>(*this, id, slot);
@@ -129,11 +133,21 @@ SnapshotPtr TaskWatch::wait(Hold &h, const std::function<bool(const Snapshot &)>
   std::unique_lock<std::mutex> lock(s.mu);
   Entry &e = *h.entry_;
   for (;;) {
-    if (e.gone || stopping_.load() || (e.latest && done(*e.latest))) break;
+    if (e.gone || e.error || stopping_.load() || (e.latest && done(*e.latest))) break;
     if (e.cv.wait_until(lock, deadline) == std::cv_status::timeout) break;
   }
+  if (e.error) throw *e.error;
   if (gone != nullptr) *gone = e.gone;
   return e.latest;
+}
+
+void TaskWatch::fail(const std::string &id, Status code, const std::string &message) {
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(id);
+  if (it == s.entries.end()) return;
+  it->second->error.emplace(code, message);
+  it->second->cv.notify_all();
 }
 
 bool TaskWatch::subscribe(Hold &h, std::shared_ptr<TaskSubscriber> sub) {
@@ -290,6 +304,9 @@ void TaskWatch::poll_loop() {
       if (it == s.entries.end()) continue;
       Entry &e = *it->second;
       if (!rec) {
+        // Missing from the store: gone, unless it was never saved (a
+        // deferred Task, version 0, is saved with its outcome).
+        if (e.latest && e.latest->version == 0) continue;
         e.gone = true;
         e.cv.notify_all();
         if (!e.subs.empty()) mark_dirty(id);

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -132,11 +133,16 @@ class TaskWatch {
   /// Starts watching `id`, with `initial` (may be null) as the newest record.
   std::unique_ptr<Hold> hold(const std::string &id, SnapshotPtr initial = nullptr);
 
-  /// Waits until done(latest) holds, `timeout` passes or the watch stops.
-  /// Returns the newest record (null when none was ever known), and sets
-  /// `*gone` when the Task left the store.
+  /// Waits until done(latest) holds, `timeout` passes, the watch stops or
+  /// the Task fails to be saved (fail()). Returns the newest record (null
+  /// when none was ever known), sets `*gone` when the Task left the store,
+  /// and throws StoreError(fail()'s code and message) after a fail().
   SnapshotPtr wait(Hold &hold, const std::function<bool(const Snapshot &)> &done,
                    std::chrono::milliseconds timeout, bool *gone = nullptr);
+
+  /// A Task that was never saved could not be saved at all (its store
+  /// failed): its waiters stop waiting and throw StoreError(code, message).
+  void fail(const std::string &id, Status code, const std::string &message);
 
   /// Registers `sub` for the held Task and delivers the newest record to it
   /// at once. Returns false (registering nothing) when max_subscribers are
@@ -160,6 +166,8 @@ class TaskWatch {
     /// Holds (each wait() has one).
     int holds = 0;
     bool gone = false;
+    /// Set by fail().
+    std::optional<StoreError> error;
     std::condition_variable cv;
     std::chrono::steady_clock::time_point last_news{};
     std::chrono::steady_clock::time_point last_poll{};

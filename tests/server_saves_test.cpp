@@ -1,0 +1,167 @@
+// How many durable writes a SendMessage costs, and that none is skipped
+// where a client was told something (issue 11): a blocking SendMessage that
+// creates a Task saves it once, with its outcome; a long run is saved while
+// it runs; a store that fails is answered promptly; a non-blocking one saves
+// before it answers.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+#include <atomic>
+#include <mutex>
+
+using namespace tnxtest;
+
+namespace {
+
+// A memory store that counts saves and can be told to fail them.
+class CountingStore final : public toolnexus::TaskStore {
+ public:
+  std::optional<toolnexus::TaskRecord> get(std::string_view id) override { return inner_->get(id); }
+  void remove(std::string_view id, uint64_t v) override { inner_->remove(id, v); }
+  toolnexus::ListPage list(const toolnexus::ListQuery &q) override { return inner_->list(q); }
+  toolnexus::StoreInfo info() const override {
+    toolnexus::StoreInfo i = inner_->info();
+    i.scheme = "counting";
+    return i;
+  }
+  std::atomic<int> saves{0};
+  std::atomic<bool> fail{false};
+
+ protected:
+  uint64_t do_save(const toolnexus::TaskRecord &r, uint64_t expected) override {
+    if (fail) throw toolnexus::StoreError(toolnexus::Status::io, "counting store: disk on fire");
+    ++saves;
+    toolnexus::SaveOptions o;
+    o.expected_version = expected;
+    o.owner = r.owner;
+    o.tenant = r.tenant;
+    return inner_->save(r.task(), o);
+  }
+
+ private:
+  std::shared_ptr<toolnexus::TaskStore> inner_ = toolnexus::resolve_store("memory");
+};
+
+// Completes at once, or after `gate` opens.
+struct Gated final : toolnexus::AgentExecutor {
+  std::string name() const override { return "gated"; }
+  std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
+  toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last_id = std::string(ctx.task.id());
+    }
+    ++entered;
+    while (hold && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
+    auto r = toolnexus::ExecutionResult::completed();
+    r.add_text_artifact("done");
+    return r;
+  }
+  std::string id() {
+    std::lock_guard<std::mutex> lock(mu);
+    return last_id;
+  }
+  std::atomic<bool> hold{false};
+  std::atomic<int> entered{0};
+  std::mutex mu;
+  std::string last_id;
+};
+
+struct Fixture {
+  std::shared_ptr<CountingStore> store = std::make_shared<CountingStore>();
+  std::shared_ptr<Gated> agent = std::make_shared<Gated>();
+  toolnexus::ServerHandle server;
+  explicit Fixture(int blocking_timeout_ms = 60000)
+      : server([&] {
+          auto o = test_options();
+          o.store = store;
+          o.executor = agent;
+          o.limits.blocking_timeout_ms = blocking_timeout_ms;
+          return toolnexus::serve(o);
+        }()) {}
+};
+
+}  // namespace
+
+TEST_CASE("a blocking SendMessage saves its new Task once, with the outcome") {
+  Fixture f;
+  Client c(f.server.url());
+  for (int i = 0; i < 20; ++i) {
+    const int before = f.store->saves;
+    auto d = c.send("quick", {}, "");  // no configuration: blocking
+    REQUIRE(state_of(d) == "completed");
+    CHECK(f.store->saves - before == 1);
+    // What the client was told is what is stored.
+    CHECK(to_json(stored_task(f.server, task_id(d))["status"]) == to_json(d["result"]["status"]));
+  }
+  // The stored timeline still has every event, submitted first.
+  auto d = c.send("events", {}, "");
+  auto t = stored_task(f.server, task_id(d));
+  const auto &log = t["metadata"]["toolnexus/events"]["log"];
+  REQUIRE(log.Size() == 4);
+  CHECK(std::string(log[0]["status"]["state"].GetString()) == "submitted");
+  CHECK(std::string(log[1]["status"]["state"].GetString()) == "working");
+  CHECK(log[2].HasMember("artifact"));
+  CHECK(std::string(log[3]["status"]["state"].GetString()) == "completed");
+}
+
+TEST_CASE("a non-blocking SendMessage is saved before it is answered") {
+  Fixture f;
+  Client c(f.server.url());
+  f.agent->hold = true;
+  const int before = f.store->saves;
+  auto d = c.send("later");  // {"blocking": false}
+  CHECK(state_of(d) == "submitted");
+  CHECK(f.store->saves - before >= 1);
+  CHECK(stored_task(f.server, task_id(d))["status"]["state"] == "submitted");
+  f.agent->hold = false;
+  CHECK(state_of(c.wait_settled(task_id(d))) == "completed");
+}
+
+TEST_CASE("a blocking SendMessage whose run lasts is in the store, working, while it runs") {
+  Fixture f;
+  f.agent->hold = true;
+  std::thread client([&] {
+    Client c(f.server.url());
+    CHECK(state_of(c.send("long", {}, "")) == "completed");
+  });
+  REQUIRE(eventually([&] { return f.agent->entered.load() == 1; }));
+  const std::string id = f.agent->id();
+  // Saved once the run has lasted progress_interval_ms (100 ms).
+  CHECK(eventually([&] {
+    auto rec = f.store->get(id);
+    return rec && rec->state == "working";
+  }, 2000ms));
+  Client other(f.server.url());
+  CHECK(state_of(other.get_task(id)) == "working");
+  f.agent->hold = false;
+  client.join();
+  CHECK(f.store->get(id)->state == "completed");
+}
+
+TEST_CASE("a blocking SendMessage whose store fails is answered -32603 at once, and nothing is left") {
+  Fixture f;
+  Client c(f.server.url());
+  f.store->fail = true;
+  const auto t0 = Clock::now();
+  auto d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m","parts":[{"kind":"text","text":"x"}]}})");
+  CHECK(error_code(d) == -32603);
+  CHECK(error_message(d).find("task store failed (io)") != std::string::npos);
+  CHECK(Clock::now() - t0 < 2000ms);
+  f.store->fail = false;
+  CHECK(c.call("ListTasks", "{}")["result"]["totalSize"].GetInt() == 0);
+}
+
+TEST_CASE("a blocking SendMessage that stops waiting before its Task settles saves it before answering") {
+  Fixture f(/*blocking_timeout_ms=*/0);
+  f.agent->hold = true;
+  Client c(f.server.url());
+  auto d = c.send("no wait", {}, "");
+  const std::string id = task_id(d);
+  // Answered with a Task that is in the store.
+  auto rec = f.store->get(id);
+  REQUIRE(rec.has_value());
+  CHECK(rec->state == std::string(d["result"]["status"]["state"].GetString()));
+  f.agent->hold = false;
+  CHECK(state_of(c.wait_settled(id)) == "completed");
+}
