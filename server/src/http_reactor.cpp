@@ -630,8 +630,11 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     for (auto &[name, value] : reply.headers) r.set(name, value);
     r.setContentLength64(static_cast<Poco::Int64>(reply.body.size()));
     r.setKeepAlive(keep);
-    c.out = head_bytes(r);
-    if (!reply.head_only) c.out += reply.body;
+    // Anything not yet written (an interim 100 Continue) goes first.
+    std::string out = c.out_off < c.out.size() ? c.out.substr(c.out_off) : std::string();
+    out += head_bytes(r);
+    if (!reply.head_only) out += reply.body;
+    c.out = std::move(out);
     c.out_off = 0;
     c.close_after = !keep;
     c.phase = Phase::writing;
@@ -676,7 +679,9 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       r.setKeepAlive(false);
       c.keep_alive = false;
     }
-    c.out = head_bytes(r);
+    std::string out = c.out_off < c.out.size() ? c.out.substr(c.out_off) : std::string();
+    out += head_bytes(r);
+    c.out = std::move(out);
     c.out_off = 0;
     c.stream = std::move(stream);
     c.stream_end_written = false;
