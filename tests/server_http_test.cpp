@@ -198,3 +198,39 @@ TEST_CASE("a client that stops reading a response does not hold a request thread
   CHECK(ok.call("GetTask", R"({"id":"nope"})")["error"]["code"].GetInt() == -32001);
   CHECK(Clock::now() - s < 1000ms);
 }
+
+TEST_CASE("every answer reaches its client while many request workers answer at once") {
+  // Regression: the event loop lost its wake-up when a worker posted an
+  // answer while the loop was draining earlier ones (the flag was cleared
+  // before the eventfd was read); every later answer then stayed queued and
+  // the server answered nothing more. Many workers answering tiny requests
+  // at once hit that window within a few thousand requests.
+  auto o = test_options();
+  o.limits.max_connections = 64;
+  auto server = toolnexus::serve(o);
+  const int port = port_of(server.url());
+  constexpr int kClients = 48, kEach = 400;
+  std::atomic<int> answered{0}, lost{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&] {
+      Connection c(port);
+      const std::string req = post_head("Content-Length: " + std::to_string(kList.size()) + "\r\n") + kList;
+      for (int i = 0; i < kEach; ++i) {
+        if (!c.send_raw(req)) {
+          ++lost;
+          return;
+        }
+        HttpResponse r = c.read_response(5000ms);
+        if (r.status != 200) {
+          ++lost;  // nothing within 5 s: the answer was never written
+          return;
+        }
+        ++answered;
+      }
+    });
+  }
+  for (auto &t : clients) t.join();
+  CHECK(lost.load() == 0);
+  CHECK(answered.load() == kClients * kEach);
+}

@@ -787,7 +787,9 @@ class PgStore final : public toolnexus::sdk::Store {
       std::lock_guard<std::mutex> l(mu_);
       idle_.push_back(c);
     }
-    cv_.notify_one();
+    // notify_all: glibc < 2.41 can lose a notify_one (sourceware bug 25847);
+    // waiters exist only while the pool is exhausted.
+    cv_.notify_all();
   }
 
   /// Runs `f(conn)` on a pooled connection. A read-only call (`idempotent`)

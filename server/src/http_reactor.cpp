@@ -1,6 +1,7 @@
 // The HTTP/1.1 connection layer: one epoll loop for every socket, worker
 // threads for complete requests (see http_reactor.hpp).
 #include "http_reactor.hpp"
+#include "semaphore.hpp"
 
 #include <Poco/Exception.h>
 #include <Poco/Net/HTTPResponse.h>
@@ -299,7 +300,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
 
   // Workers.
   std::mutex job_mu;
-  std::condition_variable job_cv;
+  Semaphore job_sem;  // one token per queued job, plus one per worker at stop
   std::deque<Job> jobs;
   bool stop_workers = false;
   std::vector<std::thread> workers;
@@ -608,7 +609,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
                        " requests are waiting for a worker; retry later");
       return;
     }
-    job_cv.notify_one();
+    job_sem.release();
   }
 
   // --- writing ---------------------------------------------------------------
@@ -790,9 +791,14 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
   // --- cross-thread posts --------------------------------------------------------
 
   void drain_posts() {
-    wake_pending = false;
+    // Consume the eventfd before clearing wake_pending: cleared first, a
+    // poster could set the flag and write after the clear, this read would
+    // swallow that write, and the flag would stay set with nobody left to
+    // write again (every later post skipped its wake: answers piled up in
+    // `posted` and were never sent).
     uint64_t v = 0;
     [[maybe_unused]] const ssize_t n = ::read(wake_fd, &v, sizeof v);
+    wake_pending = false;
     std::vector<Posted> items;
     std::unordered_set<uint64_t> dirty;
     {
@@ -973,10 +979,13 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
   void worker() {
     for (;;) {
       Job job;
+      job_sem.acquire();
       {
-        std::unique_lock<std::mutex> lock(job_mu);
-        job_cv.wait(lock, [this] { return stop_workers || !jobs.empty(); });
-        if (jobs.empty()) return;  // stopping and nothing left
+        std::lock_guard<std::mutex> lock(job_mu);
+        if (jobs.empty()) {
+          if (stop_workers) return;  // stopping and nothing left
+          continue;                  // a job's token taken after stop() cleared the queue
+        }
         job = std::move(jobs.front());
         jobs.pop_front();
       }
@@ -1070,7 +1079,7 @@ void HttpReactor::stop(int grace_ms) {
     m.stop_workers = true;
     m.jobs.clear();
   }
-  m.job_cv.notify_all();
+  m.job_sem.release(m.workers.size());
   for (auto &w : m.workers) w.join();
   m.workers.clear();
   ::epoll_ctl(m.ep, EPOLL_CTL_DEL, m.listen_fd, nullptr);

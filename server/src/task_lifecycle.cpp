@@ -186,7 +186,7 @@ void TaskLifecycle::stop() {
       left.swap(queue_);
       queued_ = 0;
       stop_workers_ = true;
-      queue_cv_.notify_all();
+      queue_sem_.release(workers_.size());
       room_cv_.notify_all();
       if (!idle_cv_.wait_for(lock, std::chrono::milliseconds(options_.drain_timeout_ms),
                              [this] { return running_ == 0; })) {
@@ -496,7 +496,7 @@ void TaskLifecycle::enqueue(WorkItem item) {
     if (!stop_workers_) {
       queue_.push_back(std::move(item));
       ++queued_;
-      queue_cv_.notify_one();
+      queue_sem_.release();
       return;
     }
   }
@@ -506,16 +506,17 @@ void TaskLifecycle::enqueue(WorkItem item) {
 void TaskLifecycle::worker_loop() {
   for (;;) {
     WorkItem item;
+    queue_sem_.acquire();
     {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [this] { return stop_workers_ || !queue_.empty(); });
+      std::lock_guard<std::mutex> lock(queue_mu_);
       if (stop_workers_) return;
+      if (queue_.empty()) continue;  // cannot happen: one token per item
       item = std::move(queue_.front());
       queue_.pop_front();
       --queued_;
       ++running_;
     }
-    room_cv_.notify_one();
+    room_cv_.notify_all();  // notify_one can be lost (semaphore.hpp); waiters here are rare
     try {
       run(item);
     } catch (const StoreError &e) {

@@ -32,6 +32,7 @@
 #define TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
 
 #include "log.hpp"
+#include "semaphore.hpp"
 #include "task_watch.hpp"
 #include "toolnexus/agent_executor.hpp"
 #include "toolnexus/task_store.hpp"
@@ -280,7 +281,7 @@ class TaskLifecycle {
   std::unordered_map<std::string, std::shared_ptr<ActiveTask>> active_;
 
   std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
+  Semaphore queue_sem_;  // one token per queued WorkItem, plus one per worker at stop (see semaphore.hpp)
   std::condition_variable idle_cv_;
   std::condition_variable room_cv_;
   std::deque<WorkItem> queue_;
