@@ -154,6 +154,7 @@
 
 #include "../common/task_counts.hpp"
 
+#include <Poco/Checksum.h>
 #include <Poco/DigestEngine.h>
 #include <Poco/SHA2Engine.h>
 #include <rapidjson/document.h>
@@ -620,19 +621,13 @@ enum RecType : uint8_t {
   kRecEpoch = 9,    // version epoch (raised by every rebuild of an index that was not trusted)
 };
 
+// CRC-32 (IEEE 802.3, the zlib/PNG one) of a record: Poco::Checksum is
+// zlib's crc32, several times faster than a byte-wise table on a large
+// index (4.8 MB at 50,000 Tasks).
 uint32_t crc32(std::string_view d) noexcept {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char ch : d) c = table[(c ^ ch) & 0xFFu] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  Poco::Checksum c(Poco::Checksum::TYPE_CRC32);
+  c.update(d.data(), static_cast<unsigned>(d.size()));
+  return c.checksum();
 }
 
 void put_u32(std::string &out, uint32_t v) {
@@ -791,25 +786,48 @@ struct Index {
   static std::string shown(const std::string &key) { return named(key) ? key.substr(1) : key; }
   static OKey okey(const std::string &key, const IEntry &e) { return OKey{e.time_us, shown(key), named(key)}; }
 
+  // Bulk mode (a whole index file read from its start): records update
+  // `entries` and `tombs` only; end_bulk() then builds `order` from one
+  // sort and `counts` from one pass. Rebuilding the tree and the counters
+  // per record made opening a 50,000-Task store twice as slow.
+  bool bulk = false;
+  void end_bulk() {
+    bulk = false;
+    std::vector<OKey> keys;
+    keys.reserve(entries.size());
+    for (const auto &[key, e] : entries) {
+      keys.push_back(okey(key, e));
+      if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
+    }
+    std::sort(keys.begin(), keys.end(), OOrder());
+    for (OKey &k : keys) order.emplace_hint(order.end(), std::move(k));
+  }
+
   void erase(const std::string &key) {
     auto it = entries.find(key);
     if (it == entries.end()) return;
-    order.erase(okey(key, it->second));
-    if (!it->second.corrupt)
-      counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+    if (!bulk) {
+      order.erase(okey(key, it->second));
+      if (!it->second.corrupt)
+        counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+    }
     entries.erase(it);
   }
   void put(const std::string &key, IEntry e) {
     auto [it, fresh] = entries.try_emplace(key);
     if (!fresh) {
-      order.erase(okey(key, it->second));
-      if (!it->second.corrupt)
-        counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+      if (!bulk) {
+        order.erase(okey(key, it->second));
+        if (!it->second.corrupt)
+          counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
+      }
     } else if (!tombs.empty()) {
       tombs.erase(key);
     }
-    order.insert(okey(key, e));
-    if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
+    if (!bulk) {
+      order.insert(okey(key, e));
+      if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
+    }
     it->second = std::move(e);
   }
   // The version the next save of `key` gets: above its entry, its
@@ -1514,6 +1532,7 @@ class FileStore final : public toolnexus::sdk::Store {
   void read_new_locked(uint64_t size) {
     for (int moves = 0; moves < 8; ++moves) {
       if (size <= offset_) return;
+      index_.bulk = offset_ == 0;  // the whole file: see Index::bulk
       std::string data(static_cast<size_t>(size - offset_), '\0');
       size_t got = 0;
       while (got < data.size()) {
@@ -1541,6 +1560,7 @@ class FileStore final : public toolnexus::sdk::Store {
         off += n;
       }
       offset_ += off;
+      if (index_.bulk) index_.end_bulk();
       if (!moved) return;
       // A compacted index replaced this file: read it from the start.
       ::close(index_fd_);
