@@ -1079,7 +1079,7 @@ void HttpReactor::stop(int grace_ms) {
     m.stop_workers = true;
     m.jobs.clear();
   }
-  m.job_sem.release(m.workers.size());
+  m.job_sem.release(static_cast<uint32_t>(m.workers.size()));
   for (auto &w : m.workers) w.join();
   m.workers.clear();
   ::epoll_ctl(m.ep, EPOLL_CTL_DEL, m.listen_fd, nullptr);

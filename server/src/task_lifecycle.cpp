@@ -186,7 +186,7 @@ void TaskLifecycle::stop() {
       left.swap(queue_);
       queued_ = 0;
       stop_workers_ = true;
-      queue_sem_.release(workers_.size());
+      queue_sem_.release(static_cast<uint32_t>(workers_.size()));
       room_cv_.notify_all();
       if (!idle_cv_.wait_for(lock, std::chrono::milliseconds(options_.drain_timeout_ms),
                              [this] { return running_ == 0; })) {
