@@ -50,7 +50,14 @@ options (flags override the config file):
                            an OpenAI-compatible endpoint: the config's "llm")
   --name NAME              agent name on the card (default toolnexus)
   --description TEXT       agent description on the card
-  --public-url URL         the card's url (default: as each client reached us)
+  --public-url URL         the card's url (default: the Host header when it
+                           names this server, see --allowed-host; else the
+                           local address the request arrived on)
+  --allowed-host HOST      a host name (or HOST:PORT) the card's url may take
+                           from the Host header (repeatable)
+  --trust-forwarded        a reverse proxy in front sets Forwarded /
+                           X-Forwarded-Proto / X-Forwarded-Host: the card's
+                           url follows them (off: they are ignored)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
   --workers N              executor threads (default 4)
@@ -88,7 +95,8 @@ config file:
    "a2a": {"name": "...", "description": "...", "version": "...",
            "store": "file:/var/lib/toolnexus/tasks",
            "provider": {"organization": "...", "url": "..."},
-           "documentation_url": "...", "public_url": "..."},
+           "documentation_url": "...", "public_url": "...",
+           "allowed_hosts": ["agents.example.com"], "trust_forwarded": false},
    "auth_tokens": "tokens.json", "log_level": "info", "workers": 4,
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
@@ -268,7 +276,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   if (const rapidjson::Value *a2a = member(root, "a2a")) {
     if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
     warn_unknown(c, *a2a, "a2a.",
-                 {"name", "description", "version", "store", "provider", "documentation_url", "public_url"});
+                 {"name", "description", "version", "store", "provider", "documentation_url", "public_url",
+                  "allowed_hosts", "trust_forwarded"});
     if (auto v = config_string(c, *a2a, "name", "a2a.name"); !v.empty()) o.card.name = v;
     if (auto v = config_string(c, *a2a, "description", "a2a.description"); !v.empty()) o.card.description = v;
     if (auto v = config_string(c, *a2a, "version", "a2a.version"); !v.empty()) o.card.version = v;
@@ -279,6 +288,18 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_string(c, *a2a, "documentation_url", "a2a.documentation_url"); !v.empty())
       o.card.documentation_url = v;
     if (auto v = config_string(c, *a2a, "public_url", "a2a.public_url"); !v.empty()) o.card.public_url = v;
+    if (const rapidjson::Value *hosts = member(*a2a, "allowed_hosts")) {
+      if (!hosts->IsArray()) throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
+      for (const auto &h : hosts->GetArray()) {
+        if (!h.IsString() || h.GetStringLength() == 0)
+          throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
+        o.card.allowed_hosts.emplace_back(h.GetString(), h.GetStringLength());
+      }
+    }
+    if (const rapidjson::Value *tf = member(*a2a, "trust_forwarded")) {
+      if (!tf->IsBool()) throw UsageError(file + ": a2a.trust_forwarded must be true or false");
+      o.card.trust_forwarded = tf->GetBool();
+    }
     if (const rapidjson::Value *p = member(*a2a, "provider")) {
       if (!p->IsObject()) throw UsageError(file + ": a2a.provider must be an object");
       o.card.provider_organization = config_string(c, *p, "organization", "a2a.provider.organization");
@@ -396,6 +417,12 @@ int run_serve(int argc, char **argv) {
       else if (a == "--name") o.card.name = next();
       else if (a == "--description") o.card.description = next();
       else if (a == "--public-url") o.card.public_url = next();
+      else if (a == "--allowed-host") {
+        const std::string h = next();
+        if (h.empty()) throw UsageError("--allowed-host needs a host name");
+        o.card.allowed_hosts.push_back(h);
+      }
+      else if (a == "--trust-forwarded" && !has_inline) o.card.trust_forwarded = true;
       else if (a == "--auth-tokens") auth_file = next();
       else if (a == "--log-level") o.log_level = parse_log_level(next());
       else if (a == "--workers") o.workers = static_cast<unsigned>(parse_int(a, next(), 1, 1024));

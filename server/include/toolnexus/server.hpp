@@ -79,10 +79,26 @@ struct AgentCardOptions {
   std::string provider_url;
   /// documentationUrl ("" = left out).
   std::string documentation_url;
-  /// The card's "url". "" = derived from each card request as the client
-  /// reached the server: scheme from X-Forwarded-Proto (default http), host
-  /// from X-Forwarded-Host, else Host, else the listening address; path "/".
+  /// The card's "url", used as is whatever a request says. "" = derived
+  /// from each card request, but only from what names this server (the
+  /// card is cacheable: a client's forged Host or X-Forwarded-Host must not
+  /// make it point other clients at an attacker): forwarded headers when
+  /// trust_forwarded, the Host header when it is one of allowed_hosts, this
+  /// connection's own local ADDR:PORT or (on a loopback connection) a
+  /// loopback name; else the local address the request arrived on. See
+  /// docs/configuration.md ("The card's url").
   std::string public_url;
+  /// A reverse proxy in front sets Forwarded (RFC 7239 proto=, host=) or
+  /// X-Forwarded-Proto / X-Forwarded-Host, and strips what clients send:
+  /// the card's url follows them (limited to allowed_hosts when that is not
+  /// empty). Off by default: clients that reach the server directly could
+  /// send anything there.
+  bool trust_forwarded = false;
+  /// Host names the card's url may take from the Host header (and, when not
+  /// empty, the only ones it may take from forwarded headers): "name" (any
+  /// port) or "name:port", compared without case ("agents.example.com",
+  /// "[2001:db8::1]:8443").
+  std::vector<std::string> allowed_hosts;
 };
 
 /// Limits on what a client may send and how long it may take. Connections
