@@ -225,7 +225,7 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
   try {
     throw;
   } catch (const RpcError &e) {
-    return {e.code(), e.what(), e.field()};
+    return {e.code(), e.what(), e.field(), e.metadata()};
   } catch (const LifecycleError &e) {
     switch (e.code()) {
       case LifecycleErrc::not_found:
@@ -303,20 +303,17 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
       StreamPlan plan;
       plan.style.binding = Binding::jsonrpc;
       plan.style.dialect = call.dialect;
-      rapidjson::StringBuffer id_json;
-      rapidjson::Writer<rapidjson::StringBuffer> idw(id_json);
-      env.id->Accept(idw);
-      plan.style.rpc_id.assign(id_json.GetString(), id_json.GetSize());
+      plan.style.rpc_id = env.id_json();
       this->stream(*m, params, call, last_event_id, plan);
       stream->emplace(std::move(plan));
       return;
     }
-    JsonWriter &w = out.begin_result(env.id);
+    JsonWriter &w = out.begin_result(env.rpc_id());
     dispatch(*m, params, call, w);
     out.end_result();
   } catch (...) {
     const Failure f = current_failure(m, method);
-    out.error(env.id, f.code, f.message, f.field, call.dialect);
+    out.error(env.rpc_id(), f.code, f.message, f.field, call.dialect, &f.metadata);
   }
 }
 

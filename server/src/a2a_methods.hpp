@@ -74,9 +74,14 @@ struct StreamPlan {
 /// error code, the client-facing message, and the offending request member
 /// ("params.message.parts[0].text"; may be empty).
 struct Failure {
+  Failure() = default;
+  Failure(int c, std::string m, std::string f = {}, ErrorMetadata md = {})
+      : code(c), message(std::move(m)), field(std::move(f)), metadata(std::move(md)) {}
   int code = rpc_code::kInternalError;
   std::string message;
   std::string field;
+  /// Further facts (a limit's name, bound and the size met); may be empty.
+  ErrorMetadata metadata;
 };
 
 /// Serves the A2A methods. Thread-safe (per-thread parse buffers); the
