@@ -67,6 +67,12 @@ options (flags override the config file):
   --read-timeout MS        drop a client silent this long (default 10000)
   --header-timeout MS      a request header must be complete this long after
                            its first byte, else 408 (default 10000)
+  --max-task-history N     messages a Task's history may hold when a client's
+                           message is added; more is refused (default 1000)
+  --max-message-parts N    parts one message may have (default 100)
+  --max-task-bytes BYTES   largest stored Task (its JSON); a message that would
+                           pass it is refused, an agent output that would
+                           fails the Task (default 8388608)
   --lease-ms MS            lease of a running Task (default 30000)
   --lease-renew-ms MS      lease renewal interval (default 10000)
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
@@ -105,7 +111,8 @@ config file:
               "max_queued_connections": 512, "max_open_connections": 20000,
               "stream_stall_ms": 60000,
               "max_queued_tasks": 4096, "queue_wait_ms": 10000,
-              "blocking_timeout_ms": 60000},
+              "blocking_timeout_ms": 60000, "max_task_history": 1000,
+              "max_message_parts": 100, "max_task_bytes": 8388608},
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
              "settle_interval_ms": 10000},
    "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
@@ -311,7 +318,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
                  {"max_body_bytes", "max_header_bytes", "max_json_depth", "read_timeout_ms",
                   "keep_alive_timeout_ms", "header_timeout_ms", "body_deadline_ms", "max_connections",
                   "max_queued_connections", "max_open_connections", "stream_stall_ms", "max_queued_tasks",
-                  "queue_wait_ms", "blocking_timeout_ms"});
+                  "queue_wait_ms", "blocking_timeout_ms", "max_task_history", "max_message_parts",
+                  "max_task_bytes"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
     if (auto v = config_int(c, *l, "max_body_bytes", "limits.max_body_bytes", 1, int64_t{1} << 40))
       o.limits.max_body_bytes = static_cast<std::size_t>(*v);
@@ -341,6 +349,12 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       o.limits.queue_wait_ms = to_int(*v);
     if (auto v = config_int(c, *l, "blocking_timeout_ms", "limits.blocking_timeout_ms", 0, kMaxMs))
       o.limits.blocking_timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "max_task_history", "limits.max_task_history", 1, 1 << 24))
+      o.limits.max_task_history = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_message_parts", "limits.max_message_parts", 1, 1 << 20))
+      o.limits.max_message_parts = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_task_bytes", "limits.max_task_bytes", 4096, int64_t{1} << 40))
+      o.limits.max_task_bytes = static_cast<std::size_t>(*v);
   }
   if (const rapidjson::Value *l = member(root, "llm")) {
     try {
@@ -431,6 +445,9 @@ int run_serve(int argc, char **argv) {
       else if (a == "--max-depth") o.limits.max_json_depth = to_int(parse_int(a, next(), 2, 64));
       else if (a == "--read-timeout") o.limits.read_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--header-timeout") o.limits.header_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--max-task-history") o.limits.max_task_history = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 24));
+      else if (a == "--max-message-parts") o.limits.max_message_parts = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 20));
+      else if (a == "--max-task-bytes") o.limits.max_task_bytes = static_cast<std::size_t>(parse_int(a, next(), 4096, int64_t{1} << 40));
       else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));

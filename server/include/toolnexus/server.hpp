@@ -150,6 +150,30 @@ struct ServerLimits {
   /// block) waits for a terminal or interrupted state; then it answers with
   /// the Task as it is.
   int blocking_timeout_ms = 60000;
+  /// Messages a Task's history may hold once a client's message is added:
+  /// a SendMessage continuing a Task whose history already holds this many
+  /// is refused (JSON-RPC -32602 invalid params, HTTP+JSON 400
+  /// INVALID_ARGUMENT; the error names limits.max_task_history, the limit
+  /// and the size) and the Task is left exactly as it was. The agent's own
+  /// messages (its replies, status updates) count toward it but are never
+  /// refused; they are bounded by max_task_bytes. At least 1.
+  std::size_t max_task_history = 1000;
+  /// Parts one message may have (A2A Message.parts); a message with more is
+  /// refused (-32602 / 400, field params.message.parts), whatever the Task.
+  /// At least 1.
+  std::size_t max_message_parts = 100;
+  /// Largest stored Task: its JSON as the store saves it (history,
+  /// artifacts, metadata, the server's bookkeeping), in bytes. A client's
+  /// message (new Task or continuation) or push notification config that
+  /// would make a Task larger is refused (-32602 / 400, naming
+  /// limits.max_task_bytes, the limit and the size) and nothing is saved.
+  /// An agent's output (artifacts, status updates, its outcome) that would
+  /// is not saved: the run is asked to stop (cancel_requested) and the
+  /// Task fails with a status message giving the sizes; what was saved
+  /// before is kept. The server's own records that end a Task (a cancel,
+  /// that failure, a settled lease) are always saved, and may take it past
+  /// the limit by their status message. At least 4096.
+  std::size_t max_task_bytes = std::size_t{8} << 20;
 };
 
 /// Leases of running Tasks (see TaskLifecycle in server/src): a Task in
