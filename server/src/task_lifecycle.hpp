@@ -24,6 +24,12 @@
 // timeline (task_events.hpp), and every save is published to the TaskWatch,
 // which wakes the waiters and subscribers of that Task only.
 //
+// Size limits (max_task_history, max_task_bytes): a client's message that
+// would pass one is refused (LifecycleErrc::too_large) before anything is
+// saved; an agent's output that would pass max_task_bytes is not saved: the
+// run is asked to stop and the Task fails, naming the sizes. The records
+// that end a Task (cancel, failure, settle) are never refused.
+//
 // Saves per Task: a new Task is saved once when it is created (submitted)
 // and once with its outcome. "working" is saved only when the run lasts
 // longer than progress_interval_ms or reports progress (the Task is leased
