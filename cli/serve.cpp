@@ -50,7 +50,14 @@ options (flags override the config file):
                            an OpenAI-compatible endpoint: the config's "llm")
   --name NAME              agent name on the card (default toolnexus)
   --description TEXT       agent description on the card
-  --public-url URL         the card's url (default: as each client reached us)
+  --public-url URL         the card's url (default: the Host header when it
+                           names this server, see --allowed-host; else the
+                           local address the request arrived on)
+  --allowed-host HOST      a host name (or HOST:PORT) the card's url may take
+                           from the Host header (repeatable)
+  --trust-forwarded        a reverse proxy in front sets Forwarded /
+                           X-Forwarded-Proto / X-Forwarded-Host: the card's
+                           url follows them (off: they are ignored)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
   --workers N              executor threads (default 4)
@@ -60,6 +67,12 @@ options (flags override the config file):
   --read-timeout MS        drop a client silent this long (default 10000)
   --header-timeout MS      a request header must be complete this long after
                            its first byte, else 408 (default 10000)
+  --max-task-history N     messages a Task's history may hold when a client's
+                           message is added; more is refused (default 1000)
+  --max-message-parts N    parts one message may have (default 100)
+  --max-task-bytes BYTES   largest stored Task (its JSON); a message that would
+                           pass it is refused, an agent output that would
+                           fails the Task (default 8388608)
   --lease-ms MS            lease of a running Task (default 30000)
   --lease-renew-ms MS      lease renewal interval (default 10000)
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
@@ -88,7 +101,8 @@ config file:
    "a2a": {"name": "...", "description": "...", "version": "...",
            "store": "file:/var/lib/toolnexus/tasks",
            "provider": {"organization": "...", "url": "..."},
-           "documentation_url": "...", "public_url": "..."},
+           "documentation_url": "...", "public_url": "...",
+           "allowed_hosts": ["agents.example.com"], "trust_forwarded": false},
    "auth_tokens": "tokens.json", "log_level": "info", "workers": 4,
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
@@ -97,7 +111,8 @@ config file:
               "max_queued_connections": 512, "max_open_connections": 20000,
               "stream_stall_ms": 60000,
               "max_queued_tasks": 4096, "queue_wait_ms": 10000,
-              "blocking_timeout_ms": 60000},
+              "blocking_timeout_ms": 60000, "max_task_history": 1000,
+              "max_message_parts": 100, "max_task_bytes": 8388608},
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
              "settle_interval_ms": 10000},
    "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
@@ -268,7 +283,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   if (const rapidjson::Value *a2a = member(root, "a2a")) {
     if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
     warn_unknown(c, *a2a, "a2a.",
-                 {"name", "description", "version", "store", "provider", "documentation_url", "public_url"});
+                 {"name", "description", "version", "store", "provider", "documentation_url", "public_url",
+                  "allowed_hosts", "trust_forwarded"});
     if (auto v = config_string(c, *a2a, "name", "a2a.name"); !v.empty()) o.card.name = v;
     if (auto v = config_string(c, *a2a, "description", "a2a.description"); !v.empty()) o.card.description = v;
     if (auto v = config_string(c, *a2a, "version", "a2a.version"); !v.empty()) o.card.version = v;
@@ -279,6 +295,18 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_string(c, *a2a, "documentation_url", "a2a.documentation_url"); !v.empty())
       o.card.documentation_url = v;
     if (auto v = config_string(c, *a2a, "public_url", "a2a.public_url"); !v.empty()) o.card.public_url = v;
+    if (const rapidjson::Value *hosts = member(*a2a, "allowed_hosts")) {
+      if (!hosts->IsArray()) throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
+      for (const auto &h : hosts->GetArray()) {
+        if (!h.IsString() || h.GetStringLength() == 0)
+          throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
+        o.card.allowed_hosts.emplace_back(h.GetString(), h.GetStringLength());
+      }
+    }
+    if (const rapidjson::Value *tf = member(*a2a, "trust_forwarded")) {
+      if (!tf->IsBool()) throw UsageError(file + ": a2a.trust_forwarded must be true or false");
+      o.card.trust_forwarded = tf->GetBool();
+    }
     if (const rapidjson::Value *p = member(*a2a, "provider")) {
       if (!p->IsObject()) throw UsageError(file + ": a2a.provider must be an object");
       o.card.provider_organization = config_string(c, *p, "organization", "a2a.provider.organization");
@@ -290,7 +318,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
                  {"max_body_bytes", "max_header_bytes", "max_json_depth", "read_timeout_ms",
                   "keep_alive_timeout_ms", "header_timeout_ms", "body_deadline_ms", "max_connections",
                   "max_queued_connections", "max_open_connections", "stream_stall_ms", "max_queued_tasks",
-                  "queue_wait_ms", "blocking_timeout_ms"});
+                  "queue_wait_ms", "blocking_timeout_ms", "max_task_history", "max_message_parts",
+                  "max_task_bytes"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
     if (auto v = config_int(c, *l, "max_body_bytes", "limits.max_body_bytes", 1, int64_t{1} << 40))
       o.limits.max_body_bytes = static_cast<std::size_t>(*v);
@@ -320,6 +349,12 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       o.limits.queue_wait_ms = to_int(*v);
     if (auto v = config_int(c, *l, "blocking_timeout_ms", "limits.blocking_timeout_ms", 0, kMaxMs))
       o.limits.blocking_timeout_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "max_task_history", "limits.max_task_history", 1, 1 << 24))
+      o.limits.max_task_history = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_message_parts", "limits.max_message_parts", 1, 1 << 20))
+      o.limits.max_message_parts = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *l, "max_task_bytes", "limits.max_task_bytes", 4096, int64_t{1} << 40))
+      o.limits.max_task_bytes = static_cast<std::size_t>(*v);
   }
   if (const rapidjson::Value *l = member(root, "llm")) {
     try {
@@ -396,6 +431,12 @@ int run_serve(int argc, char **argv) {
       else if (a == "--name") o.card.name = next();
       else if (a == "--description") o.card.description = next();
       else if (a == "--public-url") o.card.public_url = next();
+      else if (a == "--allowed-host") {
+        const std::string h = next();
+        if (h.empty()) throw UsageError("--allowed-host needs a host name");
+        o.card.allowed_hosts.push_back(h);
+      }
+      else if (a == "--trust-forwarded" && !has_inline) o.card.trust_forwarded = true;
       else if (a == "--auth-tokens") auth_file = next();
       else if (a == "--log-level") o.log_level = parse_log_level(next());
       else if (a == "--workers") o.workers = static_cast<unsigned>(parse_int(a, next(), 1, 1024));
@@ -404,6 +445,9 @@ int run_serve(int argc, char **argv) {
       else if (a == "--max-depth") o.limits.max_json_depth = to_int(parse_int(a, next(), 2, 64));
       else if (a == "--read-timeout") o.limits.read_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--header-timeout") o.limits.header_timeout_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--max-task-history") o.limits.max_task_history = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 24));
+      else if (a == "--max-message-parts") o.limits.max_message_parts = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 20));
+      else if (a == "--max-task-bytes") o.limits.max_task_bytes = static_cast<std::size_t>(parse_int(a, next(), 4096, int64_t{1} << 40));
       else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));

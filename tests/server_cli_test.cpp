@@ -154,6 +154,71 @@ TEST_CASE("toolnexus serve --config, flags override, SIGINT") {
   CHECK(std::filesystem::exists(dir.path / "tasks" / (id + ".json")));
 }
 
+TEST_CASE("toolnexus serve: the Task size limits and the card's url options, from the config and from flags") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.path / "serve.json");
+    f << R"({"agent": "approval",
+             "a2a": {"allowed_hosts": ["agents.example.com"], "trust_forwarded": true},
+             "limits": {"max_message_parts": 2, "max_task_history": 3, "max_task_bytes": 8192}})";
+  }
+  const std::string parts3 = R"([{"kind":"text","text":"a"},{"kind":"text","text":"b"},{"kind":"text","text":"c"}])";
+  {
+    Child child({"serve", "--config", (dir.path / "serve.json").string(), "--listen", "127.0.0.1:0"});
+    const std::string url = url_from(child.first_stdout_line());
+    Client c(url);
+    auto d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m1","parts":)" + parts3 + "}}");
+    CHECK(error_message(d).find("past the limit of 2 parts per message (limits.max_message_parts)") !=
+          std::string::npos);
+    const std::string id = task_id(c.send("deploy"));
+    c.wait_settled(id);  // history: deploy, the prompt
+    c.send("not yet", R"("taskId":)" + q(id));
+    c.wait_settled(id);  // 4 now: the next is refused
+    d = c.send("approve", R"("taskId":)" + q(id));
+    CHECK(error_message(d).find("past the limit of 3 messages per Task (limits.max_task_history)") !=
+          std::string::npos);
+    d = c.send(std::string(9000, 'x'));
+    CHECK(error_message(d).find("past the limit of 8192 bytes per stored Task (limits.max_task_bytes)") !=
+          std::string::npos);
+    Connection conn(port_of(url));
+    REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: agents.example.com\r\n"
+                          "X-Forwarded-Proto: https\r\n\r\n"));
+    CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == "https://agents.example.com/");
+  }
+  {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--agent", "approval", "--max-message-parts", "1",
+                 "--max-task-history=5", "--max-task-bytes", "4096", "--allowed-host", "edge.example:8443",
+                 "--trust-forwarded"});
+    const std::string url = url_from(child.first_stdout_line());
+    Client c(url);
+    auto d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m1","parts":)" + parts3 + "}}");
+    CHECK(error_message(d).find("past the limit of 1 parts per message") != std::string::npos);
+    d = c.send(std::string(5000, 'x'));
+    CHECK(error_message(d).find("past the limit of 4096 bytes per stored Task") != std::string::npos);
+    Connection conn(port_of(url));
+    REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
+                          "Forwarded: proto=https;host=edge.example:8443\r\n\r\n"));
+    CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == "https://edge.example:8443/");
+    REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
+                          "Forwarded: proto=https;host=evil.example\r\n\r\n"));
+    CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == url);
+  }
+  {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--max-task-bytes", "100"});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 2);
+    CHECK(child.err_buf.find("--max-task-bytes must be an integer between 4096") != std::string::npos);
+  }
+  {
+    std::ofstream f(dir.path / "bad.json");
+    f << R"({"a2a": {"allowed_hosts": "agents.example.com"}})";
+  }
+  {
+    Child child({"serve", "--config", (dir.path / "bad.json").string(), "--listen", "127.0.0.1:0"});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 2);
+    CHECK(child.err_buf.find("a2a.allowed_hosts must be an array of host names") != std::string::npos);
+  }
+}
+
 TEST_CASE("toolnexus serve with bearer tokens") {
   TempDir dir;
   {

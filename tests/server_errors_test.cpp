@@ -248,6 +248,110 @@ TEST_CASE("A2A errors") {
   }
 }
 
+namespace {
+
+// The response body starts with the envelope echoing `id` exactly as sent.
+void check_echoed(const std::string &body, const std::string &id, const std::string &member) {
+  CAPTURE(body.substr(0, 300));
+  CHECK(body.rfind(R"({"jsonrpc":"2.0","id":)" + id + R"(,")" + member + R"(":)", 0) == 0);
+  parse(body);  // and the whole answer is JSON
+}
+
+}  // namespace
+
+TEST_CASE("ids that are not int64/uint64 numbers are echoed byte for byte (JSON-RPC 2.0 section 5)") {
+  Fixture f;
+  Connection conn(port_of(f.server.url()));
+  // RapidJSON holds all of these but the last four as doubles (or, -0, as 0).
+  const std::vector<std::string> ids = {"18446744073709551616", "18446744073709551617", "-9223372036854775809",
+                                        "123456789012345678901234567890", "1.5", "-0", "-0.0", "1.0", "1E2",
+                                        "1e-7", "2.50", "0.1000000000000000055511151231257827", "1e308",
+                                        "18446744073709551615", "-9223372036854775808", "0", "-1"};
+  for (const std::string &version : {std::string(), std::string("A2A-Version: 1.0\r\n")}) {
+    for (const std::string &id : ids) {
+      CAPTURE(version);
+      CAPTURE(id);
+      // A result.
+      check_echoed(conn.post(R"({"jsonrpc":"2.0","id":)" + id + R"(,"method":"ListTasks","params":{}})", version)
+                       .body,
+                   id, "result");
+      // Errors: method not found, an envelope error after the id was read,
+      // bad params.
+      check_echoed(conn.post(R"({"jsonrpc":"2.0","id":)" + id + R"(,"method":"tasks/explode"})", version).body, id,
+                   "error");
+      check_echoed(conn.post(R"({"jsonrpc":"1.0","id":)" + id + R"(,"method":"ListTasks"})", version).body, id,
+                   "error");
+      // The id after params that hold "id" members of their own, and
+      // whitespace around it: the top-level one, as sent.
+      check_echoed(conn.post(R"({"jsonrpc":"2.0","method":"GetTask","params":{"id":1.25,"x":[{"id":2.5}]},"id" : )" +
+                                 id + " }",
+                             version)
+                       .body,
+                   id, "error");
+    }
+  }
+  SUBCASE("a number beyond a double is not JSON RapidJSON reads: -32700, id null") {
+    auto d = parse(conn.post(R"({"jsonrpc":"2.0","id":1e400,"method":"ListTasks"})").body);
+    CHECK(to_json(d["id"]) == "null");
+    CHECK(d["error"]["code"].GetInt() == -32700);
+    CHECK(std::string(d["error"]["message"].GetString()).find("Number too big") != std::string::npos);
+  }
+}
+
+TEST_CASE("streams echo such ids byte for byte in every frame, and in a refusal") {
+  auto o = toolnexus::ServerOptions{};
+  o.listen = "127.0.0.1:0";
+  o.log_level = toolnexus::LogLevel::error;
+  o.agent = "approval";
+  o.streams.max_streams = 1;
+  auto server = toolnexus::serve(o);
+  const int port = port_of(server.url());
+  const std::string id = "18446744073709551616";
+  const std::string msg =
+      R"({"role":"user","messageId":"m-1","parts":[{"kind":"text","text":"deploy"}]})";
+  {
+    // v0.3 message/stream: the Task, working, input-required (final), then the end.
+    Connection conn(port);
+    SseReader sse(conn, rpc_request("message/stream", R"({"message":)" + msg + "}", id));
+    REQUIRE(sse.status() == 200);
+    auto events = sse.rest();
+    REQUIRE(events.size() >= 2);
+    for (const auto &e : events) check_echoed(e.data, id, "result");
+  }
+  {
+    Connection conn(port);
+    const std::string v1 = R"({"role":"ROLE_USER","messageId":"m-2","parts":[{"text":"deploy"}]})";
+    SseReader sse(conn, rpc_request("SendStreamingMessage", R"({"message":)" + v1 + "}", "-0.0", "A2A-Version: 1.0\r\n"));
+    REQUIRE(sse.status() == 200);
+    auto events = sse.rest();
+    REQUIRE(events.size() >= 2);
+    for (const auto &e : events) check_echoed(e.data, "-0.0", "result");
+  }
+  // One stream open (a subscriber of a parked Task): the next is refused
+  // with the id it sent.
+  Client c(server.url());
+  const std::string task = task_id(c.send("park"));
+  c.wait_settled(task);
+  Connection holder(port);
+  SseReader open(holder, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "1", "A2A-Version: 1.0\r\n"));
+  REQUIRE(open.status() == 200);
+  REQUIRE(open.next());
+  {
+    Connection conn(port);
+    conn.send_raw(rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "1.50", "A2A-Version: 1.0\r\n"));
+    auto r = conn.read_response();
+    check_echoed(r.body, "1.50", "error");
+  }
+  {
+    Connection conn(port);
+    SseReader refused(conn, rpc_request("tasks/resubscribe", R"({"id":)" + q(task) + "}", "1e-9"));
+    auto e = refused.next();
+    REQUIRE(e);
+    CHECK(e->event == "error");
+    check_echoed(e->data, "1e-9", "error");
+  }
+}
+
 TEST_CASE("HTTP surface: 404 for anything but POST /, the card and the HTTP+JSON routes") {
   Fixture f;
   Connection conn(port_of(f.server.url()));

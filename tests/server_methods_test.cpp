@@ -3,6 +3,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
+#include <ifaddrs.h>
+#include <net/if.h>
+
 #include <mutex>
 #include <set>
 
@@ -163,18 +166,8 @@ TEST_CASE("the Agent Card") {
     CHECK(std::string(card["defaultInputModes"][0].GetString()) == "text/plain");
     CHECK(std::string(card["defaultOutputModes"][0].GetString()) == "text/plain");
     CHECK(std::string(card["skills"][0]["id"].GetString()) == "approval");
-    CHECK(std::string(card["url"].GetString()) == "http://127.0.0.1/");  // the Host header sent
-
-    auto proxied = parse(conn.get("/.well-known/agent.json",
-                                  "X-Forwarded-Proto: https\r\nX-Forwarded-Host: agents.example.com\r\n")
-                             .body);
-    CHECK(std::string(proxied["url"].GetString()) == "https://agents.example.com/");
-    auto fwd = parse(conn.get("/.well-known/agent-card.json",
-                              "Forwarded: for=1.2.3.4;proto=https;host=\"edge.example:8443\"\r\n")
-                         .body);
-    CHECK(std::string(fwd["url"].GetString()) == "https://edge.example:8443/");
-    auto evil = parse(conn.get("/.well-known/agent-card.json", "X-Forwarded-Host: a\"b<c>\r\n").body);
-    CHECK(std::string(evil["url"].GetString()) == "http://127.0.0.1/");
+    // The test client's Host: 127.0.0.1, a loopback name on a loopback connection.
+    CHECK(std::string(card["url"].GetString()) == "http://127.0.0.1/");
   }
   SUBCASE("provider only when configured; a public url overrides") {
     o.card.provider_organization = "Example Org";
@@ -186,6 +179,161 @@ TEST_CASE("the Agent Card") {
     CHECK(std::string(card["provider"]["organization"].GetString()) == "Example Org");
     CHECK(std::string(card["provider"]["url"].GetString()) == "https://example.org");
     CHECK(std::string(card["url"].GetString()) == "https://public.example/a2a/");
+  }
+}
+
+namespace {
+
+// GET the card with exactly these header lines (Host included or not).
+std::string card_url_for(int port, const std::string &headers) {
+  Connection conn(port);
+  REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\n" + headers + "\r\n"));
+  auto r = conn.read_response();
+  REQUIRE(r.status == 200);
+  auto card = parse(r.body);
+  const std::string url = card["url"].GetString();
+  // Every interface of the card says the same.
+  CHECK(std::string(card["supportedInterfaces"][0]["url"].GetString()) == url);
+  CHECK(std::string(card["additionalInterfaces"][0]["url"].GetString()) == url);
+  return url;
+}
+
+// A non-loopback IPv4 address of this machine ("" when it has none).
+std::string non_loopback_ipv4() {
+  ifaddrs *list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs *i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto *a = reinterpret_cast<const sockaddr_in *>(i->ifa_addr);
+    if (::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+// GET the card over a connection to `ip`:`port` with `headers`.
+std::string card_url_via(const std::string &ip, int port, const std::string &headers) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(::inet_pton(AF_INET, ip.c_str(), &a.sin_addr) == 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0);
+  const std::string req = "GET /.well-known/agent-card.json HTTP/1.1\r\n" + headers + "Connection: close\r\n\r\n";
+  REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  std::string in;
+  char buf[8192];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) in.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const auto body = in.find("\r\n\r\n");
+  REQUIRE(body != std::string::npos);
+  return parse(in.substr(body + 4))["url"].GetString();
+}
+
+}  // namespace
+
+TEST_CASE("the card's url: a forged Host or forwarded header never makes it point elsewhere") {
+  auto o = test_options();
+  SUBCASE("by default: forwarded headers are ignored, Host only when it names this server") {
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string self = "http://127.0.0.1:" + std::to_string(port) + "/";
+    // A forged Host: the local address the request arrived on.
+    CHECK(card_url_for(port, "Host: evil.example\r\n") == self);
+    CHECK(card_url_for(port, "Host: evil.example:" + std::to_string(port) + "\r\n") == self);
+    // Forwarded headers from a client: ignored, whatever they say.
+    CHECK(card_url_for(port, "Host: evil.example\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.example\r\n") ==
+          self);
+    CHECK(card_url_for(port, "Host: 127.0.0.1:" + std::to_string(port) +
+                                 "\r\nForwarded: for=1.2.3.4;proto=https;host=\"evil.example\"\r\n") == self);
+    // No Host at all (HTTP/1.1 requires one; the reactor lets it through).
+    CHECK(card_url_for(port, "") == self);
+    // Names of this server: its own address and port, and loopback names on
+    // a loopback connection (what local clients and the JS SDKs send).
+    CHECK(card_url_for(port, "Host: 127.0.0.1:" + std::to_string(port) + "\r\n") == self);
+    CHECK(card_url_for(port, "Host: localhost:" + std::to_string(port) + "\r\n") ==
+          "http://localhost:" + std::to_string(port) + "/");
+    CHECK(card_url_for(port, "Host: LocalHost:9999\r\n") == "http://LocalHost:9999/");  // an ssh tunnel, say
+    CHECK(card_url_for(port, "Host: 127.0.0.2\r\n") == "http://127.0.0.2/");
+    CHECK(card_url_for(port, "Host: [::1]:8080\r\n") == "http://[::1]:8080/");
+    // Look-alikes are not loopback names.
+    CHECK(card_url_for(port, "Host: localhost.evil.example\r\n") == self);
+    CHECK(card_url_for(port, "Host: 127.0.0.1.evil.example\r\n") == self);
+    CHECK(card_url_for(port, "Host: 127.1\r\n") == self);
+    CHECK(card_url_for(port, "Host: a\"b<c>\r\n") == self);
+  }
+  SUBCASE("allowed hosts: the names the operator lists, with or without a port") {
+    o.card.allowed_hosts = {"agents.example.com", "edge.example:8443"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string self = "http://127.0.0.1:" + std::to_string(port) + "/";
+    CHECK(card_url_for(port, "Host: agents.example.com\r\n") == "http://agents.example.com/");
+    CHECK(card_url_for(port, "Host: Agents.Example.COM:8080\r\n") == "http://Agents.Example.COM:8080/");
+    CHECK(card_url_for(port, "Host: edge.example:8443\r\n") == "http://edge.example:8443/");
+    CHECK(card_url_for(port, "Host: edge.example\r\n") == self);  // port 80 is not 8443
+    CHECK(card_url_for(port, "Host: edge.example:9443\r\n") == self);
+    CHECK(card_url_for(port, "Host: evil.agents.example.com\r\n") == self);
+    // Still no forwarded headers without trust_forwarded.
+    CHECK(card_url_for(port, "Host: agents.example.com\r\nX-Forwarded-Proto: https\r\n") ==
+          "http://agents.example.com/");
+  }
+  SUBCASE("trust_forwarded: a proxy in front says how clients reached it") {
+    o.card.trust_forwarded = true;
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string self = "http://127.0.0.1:" + std::to_string(port) + "/";
+    const std::string host = "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+    CHECK(card_url_for(port, host + "X-Forwarded-Proto: https\r\nX-Forwarded-Host: agents.example.com\r\n") ==
+          "https://agents.example.com/");
+    CHECK(card_url_for(port, host + "Forwarded: for=1.2.3.4;proto=https;host=\"edge.example:8443\", for=5.6.7.8\r\n"
+                                    "X-Forwarded-Host: other.example\r\n") == "https://edge.example:8443/");
+    // A malformed forwarded host is ignored; the Host rules apply, and this
+    // server's own address is plain http whatever the proxy says.
+    CHECK(card_url_for(port, host + "X-Forwarded-Proto: https\r\nX-Forwarded-Host: a\"b<c>\r\n") == self);
+    CHECK(card_url_for(port, "Host: evil.example\r\nX-Forwarded-Proto: https\r\n") == self);
+  }
+  SUBCASE("trust_forwarded with allowed hosts: forwarded hosts must be listed too") {
+    o.card.trust_forwarded = true;
+    o.card.allowed_hosts = {"agents.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string self = "http://127.0.0.1:" + std::to_string(port) + "/";
+    CHECK(card_url_for(port, "Host: x\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: agents.example.com\r\n") ==
+          "https://agents.example.com/");
+    CHECK(card_url_for(port, "Host: x\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.example\r\n") == self);
+    // A proxy that passes the client's Host on: listed names only, with its scheme.
+    CHECK(card_url_for(port, "Host: agents.example.com\r\nX-Forwarded-Proto: https\r\n") ==
+          "https://agents.example.com/");
+  }
+  SUBCASE("public_url wins over every header") {
+    o.card.public_url = "https://public.example/a2a/";
+    o.card.trust_forwarded = true;
+    o.card.allowed_hosts = {"agents.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(card_url_for(port, "Host: agents.example.com\r\nX-Forwarded-Host: agents.example.com\r\n") ==
+          "https://public.example/a2a/");
+  }
+  SUBCASE("a connection that is not on loopback: loopback names are not this server") {
+    const std::string ip = non_loopback_ipv4();
+    if (ip.empty()) {
+      MESSAGE("no non-loopback IPv4 address on this machine; skipped");
+      return;
+    }
+    o.listen = "0.0.0.0:0";
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string self = "http://" + ip + ":" + std::to_string(port) + "/";
+    CHECK(card_url_via(ip, port, "Host: localhost:" + std::to_string(port) + "\r\n") == self);
+    CHECK(card_url_via(ip, port, "Host: 127.0.0.1\r\n") == self);
+    CHECK(card_url_via(ip, port, "Host: evil.example\r\n") == self);
+    CHECK(card_url_via(ip, port, "Host: " + ip + ":" + std::to_string(port) + "\r\n") == self);
+    // A wildcard listener: the address this connection arrived on, not 0.0.0.0.
+    CHECK(card_url_via("127.0.0.1", port, "Host: evil.example\r\n") ==
+          "http://127.0.0.1:" + std::to_string(port) + "/");
   }
 }
 

@@ -206,11 +206,12 @@ void write_view(JsonWriter &w, const Task &task, Dialect d, const TaskView &view
 }  // namespace
 
 A2AMethods::A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
-                       PushDeliverer *push)
+                       PushDeliverer *push, std::size_t max_message_parts)
     : lifecycle_(lifecycle),
       log_(log),
       max_json_depth_(max_json_depth),
       blocking_timeout_ms_(blocking_timeout_ms),
+      max_message_parts_(max_message_parts),
       push_(push) {}
 
 std::optional<A2AMethod> A2AMethods::method_named(std::string_view name) {
@@ -225,7 +226,7 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
   try {
     throw;
   } catch (const RpcError &e) {
-    return {e.code(), e.what(), e.field()};
+    return {e.code(), e.what(), e.field(), e.metadata()};
   } catch (const LifecycleError &e) {
     switch (e.code()) {
       case LifecycleErrc::not_found:
@@ -239,6 +240,16 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
         return {rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message.contextId"};
       case LifecycleErrc::overloaded:
       case LifecycleErrc::stopping: return {rpc_code::kInternalError, e.what(), {}};
+      case LifecycleErrc::too_large: {
+        // The limit, its value and the size the request would have made
+        // (ErrorInfo.metadata in v1.0, error.data in v0.3).
+        Failure f{rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(),
+                  m == A2AMethod::send_message || m == A2AMethod::send_streaming_message ? "params.message" : "params",
+                  {}};
+        if (const auto &l = e.limit())
+          f.metadata = {{"limit", l->limit}, {"max", std::to_string(l->max)}, {"size", std::to_string(l->size)}};
+        return f;
+      }
     }
     return {rpc_code::kInternalError, e.what(), {}};
   } catch (const StoreError &e) {
@@ -303,20 +314,17 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
       StreamPlan plan;
       plan.style.binding = Binding::jsonrpc;
       plan.style.dialect = call.dialect;
-      rapidjson::StringBuffer id_json;
-      rapidjson::Writer<rapidjson::StringBuffer> idw(id_json);
-      env.id->Accept(idw);
-      plan.style.rpc_id.assign(id_json.GetString(), id_json.GetSize());
+      plan.style.rpc_id = env.id_json();
       this->stream(*m, params, call, last_event_id, plan);
       stream->emplace(std::move(plan));
       return;
     }
-    JsonWriter &w = out.begin_result(env.id);
+    JsonWriter &w = out.begin_result(env.rpc_id());
     dispatch(*m, params, call, w);
     out.end_result();
   } catch (...) {
     const Failure f = current_failure(m, method);
-    out.error(env.id, f.code, f.message, f.field, call.dialect);
+    out.error(env.rpc_id(), f.code, f.message, f.field, call.dialect, &f.metadata);
   }
 }
 
@@ -371,6 +379,18 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
   const rapidjson::Value *m = find(p, "message");
   if (m == nullptr || m->IsNull()) bad_param("params.message", "is required");
   if (!m->IsObject()) bad_param("params.message", "must be an object");
+  // A bound on what one message may add to a Task, in either dialect,
+  // before any part is looked at.
+  if (const rapidjson::Value *parts = find(*m, "parts");
+      parts != nullptr && parts->IsArray() && parts->Size() > max_message_parts_)
+    throw RpcError(rpc_code::kInvalidParams,
+                   "invalid params: params.message.parts has " + std::to_string(parts->Size()) +
+                       " parts, past the limit of " + std::to_string(max_message_parts_) +
+                       " parts per message (limits.max_message_parts); nothing was changed",
+                   "params.message.parts",
+                   {{"limit", "limits.max_message_parts"},
+                    {"max", std::to_string(max_message_parts_)},
+                    {"size", std::to_string(parts->Size())}});
   // The stored (v0.3) form of the message: a v1.0 one is converted first.
   rapidjson::Document converted;
   rapidjson::Value stored;
@@ -481,6 +501,8 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
     lifecycle_.edit(task_id, call.principal, call.tenant, [&](Task &t) {
       // A webhook set now gets the Task's events from now on.
       put_push_config(t, cfg, event_seq(t), max);
+      lifecycle_.refuse_if_too_large(t, "the push notification config would make Task '" + task_id + "'",
+                                     "; the Task is unchanged");
       return true;
     });
     write_push_config(w, cfg, task_id, call.tenant, call.dialect);

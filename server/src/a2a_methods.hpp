@@ -74,9 +74,14 @@ struct StreamPlan {
 /// error code, the client-facing message, and the offending request member
 /// ("params.message.parts[0].text"; may be empty).
 struct Failure {
+  Failure() = default;
+  Failure(int c, std::string m, std::string f = {}, ErrorMetadata md = {})
+      : code(c), message(std::move(m)), field(std::move(f)), metadata(std::move(md)) {}
   int code = rpc_code::kInternalError;
   std::string message;
   std::string field;
+  /// Further facts (a limit's name, bound and the size met); may be empty.
+  ErrorMetadata metadata;
 };
 
 /// Serves the A2A methods. Thread-safe (per-thread parse buffers); the
@@ -84,9 +89,10 @@ struct Failure {
 class A2AMethods {
  public:
   /// `push` (borrowed, may be null: push notifications off) validates and
-  /// delivers webhook configs.
+  /// delivers webhook configs. A message with more than `max_message_parts`
+  /// parts is refused (-32602, params.message.parts).
   A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
-             PushDeliverer *push = nullptr);
+             PushDeliverer *push = nullptr, std::size_t max_message_parts = 100);
 
   /// JSON-RPC: handles one request body and writes the complete response
   /// into `out`. `a2a_version` is the request's A2A-Version (header or query
@@ -142,6 +148,7 @@ class A2AMethods {
   const Logger &log_;
   int max_json_depth_;
   int blocking_timeout_ms_;
+  std::size_t max_message_parts_;
   PushDeliverer *push_;
 };
 

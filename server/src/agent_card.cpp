@@ -1,6 +1,11 @@
 // The Agent Card.
 #include "agent_card.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cctype>
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -64,19 +69,100 @@ std::string_view forwarded_param(std::string_view forwarded, std::string_view na
   return {};
 }
 
+bool same_text(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// "name[:port]" / "[v6][:port]" split into the name (brackets kept off) and
+// the port text ("" when none). False when the shape is wrong (an empty
+// name, a port that is not 1-5 digits, text after "]" that is not ":port").
+bool split_host(std::string_view h, std::string_view &name, std::string_view &port) {
+  port = {};
+  if (!h.empty() && h.front() == '[') {
+    const auto close = h.find(']');
+    if (close == std::string_view::npos) return false;
+    name = h.substr(1, close - 1);
+    std::string_view rest = h.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      if (port.empty()) return false;
+    }
+  } else {
+    const auto colon = h.find(':');
+    name = h.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port = h.substr(colon + 1);
+      if (port.empty()) return false;
+    }
+  }
+  if (name.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  return true;
+}
+
+uint16_t port_number(std::string_view port, uint16_t default_port) {
+  if (port.empty()) return default_port;
+  unsigned long v = 0;
+  for (char c : port) v = v * 10 + static_cast<unsigned long>(c - '0');
+  return v > 65535 ? 0 : static_cast<uint16_t>(v);
+}
+
+// localhost, 127.0.0.0/8 in dotted decimal, ::1.
+bool loopback_name(std::string_view name) {
+  if (same_text(name, "localhost")) return true;
+  const std::string n(name);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, n.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, n.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
 }  // namespace
 
-std::string reached_url(std::string_view forwarded, std::string_view x_forwarded_proto,
-                        std::string_view x_forwarded_host, std::string_view host, std::string_view fallback) {
-  std::string_view proto = forwarded_param(forwarded, "proto");
-  if (proto.empty()) proto = first_of(x_forwarded_proto);
+bool is_allowed_host(std::string_view host, const std::vector<std::string> &allowed, uint16_t default_port) {
+  std::string_view name, port;
+  if (!split_host(host, name, port)) return false;
+  for (const std::string &entry : allowed) {
+    std::string_view ename, eport;
+    if (!split_host(entry, ename, eport) || !same_text(name, ename)) continue;
+    if (eport.empty() || port_number(eport, 0) == port_number(port, default_port)) return true;
+  }
+  return false;
+}
+
+std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback) {
+  if (!options.public_url.empty()) return options.public_url;
   std::string scheme = "http";
-  if (proto == "https" || proto == "HTTPS") scheme = "https";
-  std::string_view h = forwarded_param(forwarded, "host");
-  if (!valid_host(h)) h = first_of(x_forwarded_host);
-  if (!valid_host(h)) h = trim(host);
-  if (!valid_host(h)) h = fallback;
-  return scheme + "://" + std::string(h) + "/";
+  if (options.trust_forwarded) {
+    std::string_view proto = forwarded_param(request.forwarded, "proto");
+    if (proto.empty()) proto = first_of(request.x_forwarded_proto);
+    if (same_text(proto, "https")) scheme = "https";
+    std::string_view h = forwarded_param(request.forwarded, "host");
+    if (!valid_host(h)) h = first_of(request.x_forwarded_host);
+    std::string_view name, port;
+    if (valid_host(h) && split_host(h, name, port) &&
+        (options.allowed_hosts.empty() || is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80)))
+      return scheme + "://" + std::string(h) + "/";
+  }
+  const std::string_view h = trim(request.host);
+  std::string_view name, port;
+  if (valid_host(h) && split_host(h, name, port)) {
+    const bool allowed = is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80);
+    // This connection's own address, as the client dialled it.
+    const bool own = !request.local_addr.empty() && same_text(name, request.local_addr) &&
+                     port_number(port, 80) == request.local_port;
+    // This server's own socket speaks plain HTTP, whatever a proxy says.
+    if (own) return "http://" + std::string(h) + "/";
+    const bool local_name = request.loopback && loopback_name(name);
+    if (allowed || local_name) return scheme + "://" + std::string(h) + "/";
+  }
+  if (!request.local.empty()) return "http://" + request.local + "/";
+  return "http://" + std::string(fallback) + "/";
 }
 
 std::string agent_card_json(const CardConfig &config, std::string_view url) {

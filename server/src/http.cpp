@@ -6,6 +6,7 @@
 #include "rest.hpp"
 
 #include <Poco/Exception.h>
+#include <Poco/Net/IPAddress.h>
 #include <Poco/Net/NetException.h>
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/Net/SocketAddress.h>
@@ -98,6 +99,21 @@ bool json_content_type(const HttpRequest &req) {
   std::string lower(ct);
   for (char &c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return lower == "application/json" || lower == "application/a2a+json";
+}
+
+// This server's side of a connection, as the card's url needs it. An
+// IPv4-mapped IPv6 address (a dual-stack listener) reads as IPv4.
+void describe_local(const Poco::Net::SocketAddress &local, CardRequest &how) {
+  if (local.port() == 0) return;
+  Poco::Net::IPAddress ip = local.host();
+  if (ip.family() == Poco::Net::AddressFamily::IPv6 && ip.isIPv4Mapped())
+    ip = Poco::Net::IPAddress(static_cast<const unsigned char *>(ip.addr()) + 12, 4);
+  if (ip.isWildcard()) return;
+  how.local_addr = ip.toString();
+  how.local_port = local.port();
+  how.loopback = ip.isLoopback();
+  const bool v6 = ip.family() == Poco::Net::AddressFamily::IPv6;
+  how.local = (v6 ? "[" + how.local_addr + "]" : how.local_addr) + ":" + std::to_string(how.local_port);
 }
 
 class Router {
@@ -206,12 +222,14 @@ class Router {
   }
 
   int card(HttpRequest &req, Responder &out) {
-    std::string url = s_.card->options.public_url;
-    if (url.empty()) {
-      url = reached_url(req.head.get("Forwarded", ""), req.head.get("X-Forwarded-Proto", ""),
-                        req.head.get("X-Forwarded-Host", ""), req.head.getHost(), fallback_);
-    }
-    HttpReply r = json_reply(200, agent_card_json(*s_.card, url));
+    const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
+    CardRequest how;
+    how.host = req.head.get("Host", empty);
+    how.forwarded = req.head.get("Forwarded", empty);
+    how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
+    how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
+    describe_local(req.local, how);
+    HttpReply r = json_reply(200, agent_card_json(*s_.card, card_url(s_.card->options, how, fallback_)));
     r.head_only = req.head.getMethod() == Poco::Net::HTTPRequest::HTTP_HEAD;
     out.reply(std::move(r));
     return 200;

@@ -233,6 +233,7 @@ struct Conn {
   int fd = -1;
   Phase phase = Phase::reading;
   Poco::Net::SocketAddress peer;
+  Poco::Net::SocketAddress local;  // this server's side of the connection
   uint32_t events = 0;  // current epoll mask
   // reading
   std::string in;
@@ -397,6 +398,14 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
         c->peer = Poco::Net::SocketAddress(reinterpret_cast<const sockaddr *>(&addr), len);
       } catch (const Poco::Exception &) {
       }
+      sockaddr_storage here{};
+      socklen_t here_len = sizeof here;
+      if (::getsockname(fd, reinterpret_cast<sockaddr *>(&here), &here_len) == 0) {
+        try {
+          c->local = Poco::Net::SocketAddress(reinterpret_cast<const sockaddr *>(&here), here_len);
+        } catch (const Poco::Exception &) {
+        }
+      }
       c->idle_since = Clock::now();
       epoll_event e{};
       e.events = EPOLLIN | EPOLLRDHUP;
@@ -491,6 +500,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       const std::string &uri = req->head.getURI();
       req->path = uri.substr(0, uri.find('?'));
       req->peer = c.peer;
+      req->local = c.local;
       // Framing (RFC 9112 section 6).
       std::string why;
       const int bad = framing(*req, c, why);

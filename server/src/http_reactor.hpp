@@ -92,6 +92,11 @@ struct HttpRequest {
   bool has_body = false;
   /// The client's address.
   Poco::Net::SocketAddress peer;
+  /// This server's side of the connection: the local address and port the
+  /// client connected to (getsockname of the accepted socket; a wildcard
+  /// listen address gives the interface's own address). Default-constructed
+  /// (0.0.0.0:0) when it could not be read.
+  Poco::Net::SocketAddress local;
 };
 
 /// A complete response to one request.

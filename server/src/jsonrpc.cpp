@@ -2,6 +2,8 @@
 #include "jsonrpc.hpp"
 
 #include <rapidjson/error/en.h>
+#include <rapidjson/memorystream.h>
+#include <rapidjson/reader.h>
 
 namespace toolnexus::server_detail {
 
@@ -61,6 +63,11 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
   if (!id->value.IsString() && !id->value.IsNumber() && !id->value.IsNull())
     throw RpcError(rpc_code::kInvalidRequest, "\"id\" must be a string, a number or null", "id");
   env.id = &id->value;
+  // RapidJSON reads a number that is not an int64/uint64 as a double and
+  // -0 as 0: such an id is echoed from its text, as the client sent it.
+  if (id->value.IsNumber() &&
+      ((!id->value.IsInt64() && !id->value.IsUint64()) || (id->value.IsUint64() && id->value.GetUint64() == 0)))
+    env.id_text = raw_id_number(body);
   auto jsonrpc = doc.FindMember("jsonrpc");
   if (jsonrpc == doc.MemberEnd() || !jsonrpc->value.IsString() ||
       std::string_view(jsonrpc->value.GetString(), jsonrpc->value.GetStringLength()) != "2.0")
@@ -79,18 +86,87 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
   }
 }
 
+namespace {
+
+// SAX handler that captures the text of the top-level "id" member when it is
+// a number (the reader runs with kParseNumbersAsStringsFlag) and stops the
+// reader as soon as the id's value is seen.
+struct IdNumberFinder : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, IdNumberFinder> {
+  int depth = 0;
+  bool at_id = false;  // the next value is the top-level id
+  std::string text;
+
+  // Any value that is not a number: when it is the id, stop (not a number).
+  bool Default() {
+    if (at_id) return false;
+    return true;
+  }
+  bool RawNumber(const char *s, rapidjson::SizeType n, bool) {
+    if (at_id) {
+      text.assign(s, n);
+      return false;
+    }
+    return true;
+  }
+  bool StartObject() {
+    if (at_id) return false;
+    ++depth;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool StartArray() {
+    if (at_id) return false;
+    ++depth;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool Key(const char *s, rapidjson::SizeType n, bool) {
+    // The first top-level "id" only, as Document::FindMember finds it.
+    at_id = depth == 1 && n == 2 && s[0] == 'i' && s[1] == 'd';
+    return true;
+  }
+};
+
+}  // namespace
+
+std::string raw_id_number(std::string_view body) {
+  IdNumberFinder finder;
+  rapidjson::Reader reader;
+  rapidjson::MemoryStream ms(body.data(), body.size());
+  // The handler ends the parse at the id (kParseErrorTermination): that is
+  // the expected outcome, not an error.
+  reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseIterativeFlag>(ms, finder);
+  return std::move(finder.text);
+}
+
+std::string Envelope::id_json() const {
+  if (!id_text.empty()) return id_text;
+  if (id == nullptr) return "null";
+  rapidjson::StringBuffer b;
+  rapidjson::Writer<rapidjson::StringBuffer> w(b);
+  id->Accept(w);
+  return std::string(b.GetString(), b.GetSize());
+}
+
 void ResponseWriter::reset() {
   buffer_.Clear();
   writer_.Reset(buffer_);
 }
 
-void ResponseWriter::write_id(const rapidjson::Value *id) {
+void ResponseWriter::write_id(RpcId id) {
   writer_.Key("id");
-  if (id == nullptr) writer_.Null();
-  else id->Accept(writer_);
+  if (!id.json.empty()) writer_.RawValue(id.json.data(), id.json.size(), rapidjson::kNumberType);
+  else if (id.value == nullptr) writer_.Null();
+  else id.value->Accept(writer_);
 }
 
-rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_result(const rapidjson::Value *id) {
+rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_result(RpcId id) {
   writer_.StartObject();
   writer_.Key("jsonrpc");
   writer_.String("2.0");
@@ -100,6 +176,17 @@ rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_result(const r
 }
 
 void ResponseWriter::end_result() { writer_.EndObject(); }
+
+namespace {
+
+void write_metadata_members(JsonWriter &w, const ErrorMetadata &metadata) {
+  for (const auto &[name, value] : metadata) {
+    w.Key(name.data(), static_cast<rapidjson::SizeType>(name.size()));
+    w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+  }
+}
+
+}  // namespace
 
 const char *error_reason(int code) noexcept {
   switch (code) {
@@ -120,7 +207,7 @@ const char *error_reason(int code) noexcept {
   }
 }
 
-void write_error_details(JsonWriter &w, int code, std::string_view field) {
+void write_error_details(JsonWriter &w, int code, std::string_view field, const ErrorMetadata *metadata) {
   w.StartArray();
   w.StartObject();
   w.Key("@type");
@@ -129,11 +216,15 @@ void write_error_details(JsonWriter &w, int code, std::string_view field) {
   w.String(error_reason(code));
   w.Key("domain");
   w.String(kErrorDomain);
-  if (!field.empty()) {
+  const bool more = metadata != nullptr && !metadata->empty();
+  if (!field.empty() || more) {
     w.Key("metadata");
     w.StartObject();
-    w.Key("field");
-    w.String(field.data(), static_cast<rapidjson::SizeType>(field.size()));
+    if (!field.empty()) {
+      w.Key("field");
+      w.String(field.data(), static_cast<rapidjson::SizeType>(field.size()));
+    }
+    if (more) write_metadata_members(w, *metadata);
     w.EndObject();
   }
   w.EndObject();
@@ -142,8 +233,8 @@ void write_error_details(JsonWriter &w, int code, std::string_view field) {
 
 rapidjson::Writer<rapidjson::StringBuffer> &ResponseWriter::begin_bare() { return writer_; }
 
-void ResponseWriter::error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field,
-                           Dialect dialect) {
+void ResponseWriter::error(RpcId id, int code, std::string_view message, std::string_view field, Dialect dialect,
+                           const ErrorMetadata *metadata) {
   reset();
   writer_.StartObject();
   writer_.Key("jsonrpc");
@@ -155,14 +246,18 @@ void ResponseWriter::error(const rapidjson::Value *id, int code, std::string_vie
   writer_.Int(code);
   writer_.Key("message");
   writer_.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
+  const bool more = metadata != nullptr && !metadata->empty();
   if (dialect == Dialect::v1_0) {
     writer_.Key("data");
-    write_error_details(writer_, code, field);
-  } else if (!field.empty()) {
+    write_error_details(writer_, code, field, metadata);
+  } else if (!field.empty() || more) {
     writer_.Key("data");
     writer_.StartObject();
-    writer_.Key("field");
-    writer_.String(field.data(), static_cast<rapidjson::SizeType>(field.size()));
+    if (!field.empty()) {
+      writer_.Key("field");
+      writer_.String(field.data(), static_cast<rapidjson::SizeType>(field.size()));
+    }
+    if (more) write_metadata_members(writer_, *metadata);
     writer_.EndObject();
   }
   writer_.EndObject();

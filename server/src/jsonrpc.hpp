@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace toolnexus::server_detail {
 
@@ -44,25 +46,33 @@ const char *error_reason(int code) noexcept;
 /// The ErrorInfo domain of A2A errors.
 inline constexpr const char *kErrorDomain = "a2a-protocol.org";
 
+/// Further facts about an error, as name/value pairs, in order, written
+/// beside "field": in ErrorInfo.metadata (v1.0, a map of strings) and in
+/// error.data (v0.3). Used by the Task size limits: {"limit":
+/// "limits.max_task_bytes", "max": "8388608", "size": "9437312"}.
+using ErrorMetadata = std::vector<std::pair<std::string, std::string>>;
+
 /// Writes [ {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason",
-/// "domain": "a2a-protocol.org", "metadata"?: {"field": `field`}} ], the
-/// details v1.0 errors carry (error.data on JSON-RPC, error.details on
-/// HTTP+JSON).
-void write_error_details(JsonWriter &w, int code, std::string_view field);
+/// "domain": "a2a-protocol.org", "metadata"?: {"field": `field`, ...
+/// `metadata`}} ], the details v1.0 errors carry (error.data on JSON-RPC,
+/// error.details on HTTP+JSON). `metadata` may be null.
+void write_error_details(JsonWriter &w, int code, std::string_view field, const ErrorMetadata *metadata = nullptr);
 
 /// A JSON-RPC error to answer with. `field` (may be empty) names the
 /// offending request member ("params.message.parts[0].text"); it goes to
-/// error.data.field.
+/// error.data.field. `metadata` (may be empty) goes beside it.
 class RpcError : public std::runtime_error {
  public:
-  RpcError(int code, const std::string &message, std::string field = {})
-      : std::runtime_error(message), code_(code), field_(std::move(field)) {}
+  RpcError(int code, const std::string &message, std::string field = {}, ErrorMetadata metadata = {})
+      : std::runtime_error(message), code_(code), field_(std::move(field)), metadata_(std::move(metadata)) {}
   int code() const noexcept { return code_; }
   const std::string &field() const noexcept { return field_; }
+  const ErrorMetadata &metadata() const noexcept { return metadata_; }
 
  private:
   int code_;
   std::string field_;
+  ErrorMetadata metadata_;
 };
 
 /// The deepest nesting of arrays/objects in `json`, scanning linearly
@@ -71,14 +81,58 @@ class RpcError : public std::runtime_error {
 /// limit was passed.
 int json_depth(std::string_view json, int limit, std::size_t *offset) noexcept;
 
+/// The id a response echoes (JSON-RPC 2.0 section 5: "It MUST be the same
+/// as the value of the id member in the Request Object"). Either a parsed
+/// value or the exact JSON text of the id; the text wins when set. A plain
+/// value type of borrowed pointers: what it points to must outlive the
+/// write.
+struct RpcId {
+  /// The id as parsed; nullptr writes null.
+  const rapidjson::Value *value = nullptr;
+  /// The id's JSON text exactly as it is to appear ("18446744073709551616",
+  /// "1.50", "-0", "\"abc\"", "null"); when empty, `value` is written.
+  std::string_view json;
+  RpcId() = default;
+  /// The parsed id (nullptr = null). Implicit: every writer taking an RpcId
+  /// takes a `const rapidjson::Value *`.
+  RpcId(const rapidjson::Value *v) : value(v) {}
+  /// An id given as JSON text (e.g. a stream's FrameStyle::rpc_id).
+  static RpcId from_json(std::string_view text) {
+    RpcId id;
+    id.json = text;
+    return id;
+  }
+};
+
 /// A parsed request envelope. Pointers point into the document.
 struct Envelope {
   /// The id (string, number or null); nullptr when it could not be read.
   const rapidjson::Value *id = nullptr;
+  /// The exact text of a numeric id that would not be written back as the
+  /// client sent it from the parsed value: RapidJSON holds numbers that are
+  /// not int64/uint64 (2^64 and above, below -2^63, fractions, exponents)
+  /// as doubles, and reads -0 as 0. Empty otherwise (then `id` prints
+  /// exactly as sent).
+  std::string id_text;
   std::string_view method;
   /// params, or nullptr when absent.
   const rapidjson::Value *params = nullptr;
+  /// What a response to this request echoes as its id.
+  RpcId rpc_id() const {
+    RpcId r(id);
+    r.json = id_text;
+    return r;
+  }
+  /// The id as JSON text, exactly as the client sent it ("null" when
+  /// there is none): what each SSE frame of a stream echoes.
+  std::string id_json() const;
 };
+
+/// The raw JSON text of the top-level member "id" of the JSON object in
+/// `body` when it is a number (re-read with a SAX reader that keeps numbers
+/// as text, stopping as soon as the id is read); "" when there is no such
+/// member or it is not a number. `body` must be JSON that parsed.
+std::string raw_id_number(std::string_view body);
 
 /// Parses `body` into `doc` and checks the envelope. On failure throws
 /// RpcError; `env.id` is set as soon as a valid id was read, so the caller
@@ -98,7 +152,7 @@ class ResponseWriter {
   void reset();
   /// Writes {"jsonrpc":"2.0","id":<id>,"result": and leaves the writer
   /// positioned for the result value; finish with end_result().
-  rapidjson::Writer<rapidjson::StringBuffer> &begin_result(const rapidjson::Value *id);
+  rapidjson::Writer<rapidjson::StringBuffer> &begin_result(RpcId id);
   void end_result();
   /// Positions the writer for a bare value (no JSON-RPC envelope: the
   /// HTTP+JSON binding); finish with end_bare().
@@ -107,13 +161,13 @@ class ResponseWriter {
   /// A complete error response (replacing anything written). v0.3:
   /// error.data = {"field"} when `field` is set; v1.0: error.data =
   /// [ErrorInfo] (see write_error_details).
-  void error(const rapidjson::Value *id, int code, std::string_view message, std::string_view field = {},
-             Dialect dialect = Dialect::v0_3);
+  void error(RpcId id, int code, std::string_view message, std::string_view field = {},
+             Dialect dialect = Dialect::v0_3, const ErrorMetadata *metadata = nullptr);
   /// The response bytes (valid until the next reset()).
   std::string_view bytes() const noexcept { return {buffer_.GetString(), buffer_.GetSize()}; }
 
  private:
-  void write_id(const rapidjson::Value *id);
+  void write_id(RpcId id);
   rapidjson::StringBuffer buffer_;
   rapidjson::Writer<rapidjson::StringBuffer> writer_;
 };

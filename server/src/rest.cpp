@@ -158,7 +158,7 @@ int write_rest_error(const Failure &f, std::string &body) {
   w.Key("message");
   w.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
   w.Key("details");
-  write_error_details(w, f.code, field);
+  write_error_details(w, f.code, field, &f.metadata);
   w.EndObject();
   w.EndObject();
   body.assign(buf.GetString(), buf.GetSize());

@@ -111,6 +111,11 @@ ServerHandle serve(ServerOptions o) {
   if (l.max_header_bytes < 1024) throw std::invalid_argument("limits.max_header_bytes must be at least 1024");
   if (l.max_open_connections == 0 || l.max_queued_connections == 0)
     throw std::invalid_argument("limits.max_open_connections and limits.max_queued_connections must be positive");
+  if (l.max_task_history == 0 || l.max_message_parts == 0)
+    throw std::invalid_argument("limits.max_task_history and limits.max_message_parts must be at least 1");
+  if (l.max_task_bytes < 4096)
+    throw std::invalid_argument("limits.max_task_bytes must be at least 4096 (got " + std::to_string(l.max_task_bytes) +
+                                "): a new Task with one short message takes about 1 KiB");
   if (l.max_queued_tasks == 0 || l.queue_wait_ms < 0)
     throw std::invalid_argument("limits.max_queued_tasks must be positive and limits.queue_wait_ms not negative");
   if (o.lease.lease_ms <= 0 || o.lease.renew_interval_ms <= 0 || o.lease.settle_interval_ms <= 0)
@@ -178,6 +183,8 @@ ServerHandle serve(ServerOptions o) {
   lo.drain_timeout_ms = o.drain_timeout_ms;
   lo.progress_interval_ms = o.progress_interval_ms;
   lo.instance_id = o.instance_id;
+  lo.max_task_history = l.max_task_history;
+  lo.max_task_bytes = l.max_task_bytes;
   WatchOptions wo;
   wo.poll_ms = o.streams.poll_ms;
   wo.max_subscribers = o.streams.max_streams;
@@ -196,7 +203,7 @@ ServerHandle serve(ServerOptions o) {
   }
   impl->card.push_notifications = o.push.enabled;
   impl->methods = std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth,
-                                               l.blocking_timeout_ms, impl->push.get());
+                                               l.blocking_timeout_ms, impl->push.get(), l.max_message_parts);
 
   HttpServices services;
   services.methods = impl->methods.get();

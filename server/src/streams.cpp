@@ -171,10 +171,8 @@ void open_task_stream(Responder &out, TaskWatch &watch, StreamPlan plan, const S
       r.headers.emplace_back("Retry-After", "1");
       out.reply(std::move(r));
     } else {
-      rapidjson::Document id;
-      id.Parse(plan.style.rpc_id.data(), plan.style.rpc_id.size());
       ResponseWriter rw;
-      rw.error(id.HasParseError() ? nullptr : &id, rpc_code::kInternalError, too_many(settings.max_streams), {},
+      rw.error(RpcId::from_json(plan.style.rpc_id), rpc_code::kInternalError, too_many(settings.max_streams), {},
                plan.style.dialect);
       answer_stream_error(out, plan.style.dialect, rw.bytes());
     }

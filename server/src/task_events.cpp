@@ -362,10 +362,8 @@ void append_error_frame(std::string &out, const FrameStyle &style, int code, std
                         std::string_view field) {
   std::string body;
   if (style.binding == Binding::jsonrpc) {
-    rapidjson::Document id;
-    id.Parse(style.rpc_id.data(), style.rpc_id.size());
     ResponseWriter rw;
-    rw.error(id.HasParseError() ? nullptr : &id, code, message, field, style.dialect);
+    rw.error(RpcId::from_json(style.rpc_id), code, message, field, style.dialect);
     body.assign(rw.bytes());
   } else {
     write_rest_error(Failure{code, std::string(message), std::string(field)}, body);

@@ -251,6 +251,19 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
   }
 }
 
+std::string TaskLifecycle::over_bytes(std::size_t size) const {
+  return std::to_string(size) + " bytes, past the limit of " + std::to_string(options_.max_task_bytes) +
+         " bytes per stored Task (limits.max_task_bytes)";
+}
+
+void TaskLifecycle::refuse_if_too_large(const Task &task, const std::string &subject,
+                                        const std::string &consequence) const {
+  const std::size_t size = serialized_size(task.json());
+  if (size <= options_.max_task_bytes) return;
+  throw LifecycleError(LifecycleErrc::too_large, subject + " " + over_bytes(size) + consequence,
+                       LimitExceeded{"limits.max_task_bytes", options_.max_task_bytes, size});
+}
+
 void TaskLifecycle::set_lease(Task &task, int64_t expires_us) const {
   auto &a = task.allocator();
   rapidjson::Value lease(rapidjson::kObjectType);
@@ -313,6 +326,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   set_lease(t, now + int64_t{options_.lease_ms} * 1000);
   if (prepare) prepare(t);
   add_status_event(t);
+  refuse_if_too_large(t, "params.message would make the new Task", "; no Task was created");
 
   Snapshot snap{std::move(t), 0, owner, tenant};
   if (!defer_save) {
@@ -356,6 +370,16 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
       throw LifecycleError(LifecycleErrc::context_mismatch,
                            "params.message.contextId '" + std::string(msg_ctx) +
                                "' does not match the contextId of Task '" + id + "'");
+    // The limits: refused before anything is saved, so the Task stays as it
+    // was (this is a copy of it).
+    const rapidjson::Value *history = find(s.task.json(), "history");
+    const std::size_t held = history != nullptr && history->IsArray() ? history->Size() : 0;
+    if (held + 1 > options_.max_task_history)
+      throw LifecycleError(LifecycleErrc::too_large,
+                           "params.message would be message " + std::to_string(held + 1) + " in the history of Task '" +
+                               id + "', past the limit of " + std::to_string(options_.max_task_history) +
+                               " messages per Task (limits.max_task_history); the Task is unchanged",
+                           LimitExceeded{"limits.max_task_history", options_.max_task_history, held + 1});
     auto &a = s.task.allocator();
     const std::string ctx(s.task.context_id());
     append_history(s.task, bound_message(message, id, ctx, a));
@@ -363,6 +387,7 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
     set_status_event(s.task, ts::kWorking);
     lease_time = now_us();
     set_lease(s.task, lease_time + int64_t{options_.lease_ms} * 1000);
+    refuse_if_too_large(s.task, "params.message would make Task '" + id + "'", "; the Task is unchanged");
     return Verdict::save;
   });
   if (!r.found) throw LifecycleError(LifecycleErrc::not_found, not_found);
@@ -554,6 +579,8 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     Update u;
     u.text = std::string(text);
     pending_.push_back(std::move(u));
+    pending_bytes_ += text.size();
+    if (pending_too_large()) return;
     maybe_save();
   }
 
@@ -576,6 +603,8 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     u.parts.CopyFrom(parts, u.parts.GetAllocator());
     u.last = last_chunk;
     pending_.push_back(std::move(u));
+    pending_bytes_ += serialized_size(parts);
+    if (pending_too_large()) return;
     maybe_save();
   }
 
@@ -615,7 +644,14 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
 
   bool has_pending() const noexcept { return !pending_.empty(); }
   /// The reports were saved (by the final save).
-  void saved() { pending_.clear(); }
+  void saved() {
+    pending_.clear();
+    pending_bytes_ = 0;
+  }
+  /// Why the run's output was dropped: it would have taken the Task past
+  /// max_task_bytes ("" = it was not). The run is then asked to stop
+  /// (cancel_requested) and its Task is failed with this reason.
+  const std::string &too_large() const noexcept { return too_large_; }
   /// The record the last progress save made (nullopt: none was made).
   std::optional<Snapshot> take_saved() { return std::move(saved_); }
 
@@ -629,6 +665,24 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     bool last = false;
   };
 
+  // The output is dropped, and the run asked to stop: the Task would pass
+  // max_task_bytes.
+  void drop_output(std::string why) {
+    too_large_ = std::move(why);
+    active_->cancel = true;
+    pending_.clear();
+    pending_bytes_ = 0;
+  }
+
+  // Output not saved yet, larger than a whole Task may be: no need to wait
+  // for the next save (and hold all of it in memory) to know.
+  bool pending_too_large() {
+    if (pending_bytes_ <= lc_.options_.max_task_bytes) return false;
+    drop_output("the agent's output not yet saved is already " + lc_.over_bytes(pending_bytes_) +
+                "; that output was dropped");
+    return true;
+  }
+
   void maybe_save() {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_save_ < std::chrono::milliseconds(lc_.options_.progress_interval_ms)) return;
@@ -638,25 +692,38 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     std::optional<Snapshot> known;
     if (saved_) known = std::move(saved_);
     else known = start_;
+    std::size_t over = 0;
     UpdateResult r = lc_.update(
         id_,
         [&](Snapshot &s) {
+          over = 0;
           const std::string_view state = s.task.state();
           if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
           if (read_lease(s.task).instance != lc_.options_.instance_id) return Verdict::stop;
           apply(s.task);
+          if (const std::size_t size = serialized_size(s.task.json()); size > lc_.options_.max_task_bytes) {
+            over = size;
+            return Verdict::stop;
+          }
           return Verdict::save;
         },
         std::move(known));
+    if (over != 0) {
+      drop_output("the agent's output would make it " + lc_.over_bytes(over) + "; that output was dropped");
+      saved_.reset();
+      return;
+    }
     if (r.found && r.verdict == Verdict::save) {
       saved_ = std::move(r.snap);
       active_->working_saved = true;
       mark_stored(*active_);
       pending_.clear();
+      pending_bytes_ = 0;
     } else {
       // Canceled, settled or taken over meanwhile: stop reporting.
       active_->cancel = true;
       pending_.clear();
+      pending_bytes_ = 0;
       saved_.reset();
     }
   }
@@ -667,6 +734,9 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
   const Snapshot &start_;
   std::optional<Snapshot> saved_;
   std::vector<Update> pending_;
+  /// About the bytes pending_ adds to the Task (its parts and texts).
+  std::size_t pending_bytes_ = 0;
+  std::string too_large_;
   std::set<std::string> complete_;
   std::chrono::steady_clock::time_point last_save_;
 };
@@ -708,14 +778,26 @@ void TaskLifecycle::run(WorkItem &item) {
   //    was canceled or settled meanwhile. A "working" saved by the renewer
   //    in between makes the save conflict; it is then made on the re-read
   //    Task.
+  //    An outcome that would take the Task past max_task_bytes is not
+  //    saved: the Task fails instead, with what was saved before.
+  std::string too_large;
   UpdateResult done = update(
       id,
       [&](Snapshot &s) {
+        too_large.clear();
         const std::string_view state = s.task.state();
         if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
         if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
+        if (!progress.too_large().empty()) {
+          too_large = progress.too_large();
+          return Verdict::stop;
+        }
         progress.apply(s.task);
         apply_result(s.task, result);
+        if (const std::size_t size = serialized_size(s.task.json()); size > options_.max_task_bytes) {
+          too_large = "the agent's output would make it " + over_bytes(size) + "; that output was dropped";
+          return Verdict::stop;
+        }
         return Verdict::save;
       },
       [&] {
@@ -723,6 +805,11 @@ void TaskLifecycle::run(WorkItem &item) {
         if (!base) base = std::move(r.snap);
         return base;
       }());
+  if (!too_large.empty()) {
+    log_.warn("Task '" + id + "' failed: " + too_large);
+    fail_after_error(id, item.active, too_large);
+    return;
+  }
   if (done.found && done.verdict == Verdict::save) {
     mark_stored(*item.active);
     progress.saved();

@@ -24,6 +24,12 @@
 // timeline (task_events.hpp), and every save is published to the TaskWatch,
 // which wakes the waiters and subscribers of that Task only.
 //
+// Size limits (max_task_history, max_task_bytes): a client's message that
+// would pass one is refused (LifecycleErrc::too_large) before anything is
+// saved; an agent's output that would pass max_task_bytes is not saved: the
+// run is asked to stop and the Task fails, naming the sizes. The records
+// that end a Task (cancel, failure, settle) are never refused.
+//
 // Saves per Task: a new Task is saved once when it is created (submitted)
 // and once with its outcome. "working" is saved only when the run lasts
 // longer than progress_interval_ms or reports progress (the Task is leased
@@ -67,18 +73,32 @@ enum class LifecycleErrc {
   context_mismatch,  ///< -32602: message.contextId differs from the Task's
   overloaded,        ///< -32603: too many Tasks queued
   stopping,          ///< -32603: the server is stopping
+  too_large,         ///< -32602: the Task would pass a size limit (see limit())
+};
+
+/// A size limit a request would pass (LifecycleErrc::too_large).
+struct LimitExceeded {
+  /// The limit's configuration key ("limits.max_task_bytes").
+  std::string limit;
+  /// Its value.
+  uint64_t max = 0;
+  /// What the request would have made (bytes, messages).
+  uint64_t size = 0;
 };
 
 /// Thrown by TaskLifecycle's request methods; what() is the client-facing
 /// message.
 class LifecycleError : public std::runtime_error {
  public:
-  LifecycleError(LifecycleErrc code, const std::string &message)
-      : std::runtime_error(message), code_(code) {}
+  LifecycleError(LifecycleErrc code, const std::string &message, std::optional<LimitExceeded> limit = std::nullopt)
+      : std::runtime_error(message), code_(code), limit_(std::move(limit)) {}
   LifecycleErrc code() const noexcept { return code_; }
+  /// Set for too_large: which limit, its value and the size met.
+  const std::optional<LimitExceeded> &limit() const noexcept { return limit_; }
 
  private:
   LifecycleErrc code_;
+  std::optional<LimitExceeded> limit_;
 };
 
 /// Settings of a TaskLifecycle.
@@ -98,6 +118,10 @@ struct LifecycleOptions {
   int progress_interval_ms = 100;
   /// Unique among servers sharing the store.
   std::string instance_id;
+  /// History a client's message may grow a Task to (ServerLimits::max_task_history).
+  std::size_t max_task_history = 1000;
+  /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
+  std::size_t max_task_bytes = std::size_t{8} << 20;
 };
 
 /// Runs Tasks on a worker pool and performs every transition through the
@@ -136,7 +160,9 @@ class TaskLifecycle {
   /// new Task taken before it is queued (so the caller misses none of its
   /// changes). `prepare` (may be empty) edits the new Task before its
   /// first save (e.g. adds push notification configs).
-  /// Throws LifecycleError(overloaded|stopping), StoreError, InvalidTask.
+  /// Throws LifecycleError(overloaded|stopping; too_large when the new Task
+  /// would be larger than max_task_bytes: nothing is created), StoreError,
+  /// InvalidTask.
   ///
   /// `defer_save` (a blocking SendMessage, whose caller answers only once
   /// the Task settles): the Task is not saved before it runs; it is saved
@@ -153,7 +179,10 @@ class TaskLifecycle {
   /// to history, moves the Task to working with a lease of this instance,
   /// queues it; the executor continues from the stored Task alone. Throws
   /// LifecycleError(not_found: missing, or another owner's or tenant's; terminal;
-  /// not_interrupted; context_mismatch; overloaded; stopping), StoreError.
+  /// not_interrupted; context_mismatch; overloaded; stopping; too_large: the
+  /// history would hold more than max_task_history messages or the Task
+  /// would be larger than max_task_bytes, and nothing was saved),
+  /// StoreError.
   /// `hold` as for create(); `prepare` edits the Task in the same save as
   /// the message.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
@@ -201,6 +230,15 @@ class TaskLifecycle {
   /// ms. It also saves "working" for runs that started more than
   /// progress_interval_ms ago and have not saved it yet.
   void renew_due();
+
+  /// Throws LifecycleError(too_large) when `task` serialized is larger than
+  /// max_task_bytes; the message is "<subject> N bytes, past the limit of M
+  /// bytes per stored Task (limits.max_task_bytes)<consequence>", e.g.
+  /// subject "params.message would make Task 'x'", consequence "; the Task
+  /// is unchanged". For a request that grows a Task (a message, a push
+  /// config); the server's own bookkeeping (leases, cancels, failures,
+  /// delivery records) is never refused.
+  void refuse_if_too_large(const Task &task, const std::string &subject, const std::string &consequence) const;
 
   /// This instance's lease id.
   const std::string &instance_id() const noexcept { return options_.instance_id; }
@@ -266,6 +304,8 @@ class TaskLifecycle {
   void renewer_loop();
   void settler_loop();
   void set_lease(Task &task, int64_t expires_us) const;
+  /// "N bytes, past the limit of M bytes per stored Task (limits.max_task_bytes)".
+  std::string over_bytes(std::size_t size) const;
   void save_working(const std::string &id, const std::shared_ptr<ActiveTask> &active);
   std::mutex &stripe(std::string_view id);
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <random>
 
+#include <rapidjson/writer.h>
+
 namespace toolnexus::server_detail {
 
 std::string new_uuid() {
@@ -136,6 +138,25 @@ void append_history(Task &task, rapidjson::Value message) {
     h = find(task.json(), "history");
   }
   h->PushBack(message, a);
+}
+
+namespace {
+
+// An output stream that only counts what a rapidjson::Writer puts.
+struct CountingStream {
+  using Ch = char;
+  std::size_t n = 0;
+  void Put(Ch) { ++n; }
+  void Flush() {}
+};
+
+}  // namespace
+
+std::size_t serialized_size(const rapidjson::Value &v) {
+  CountingStream out;
+  rapidjson::Writer<CountingStream> w(out);
+  v.Accept(w);
+  return out.n;
 }
 
 const std::string &host_name() {

@@ -7,6 +7,7 @@
 
 #include <rapidjson/document.h>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,10 @@ void append_history(Task &task, rapidjson::Value message);
 
 /// This machine's host name ("" if unknown). Cached.
 const std::string &host_name();
+
+/// The length in bytes of `v` written as compact JSON (what Task::to_json,
+/// and so a store, makes of it), counted without building the text.
+std::size_t serialized_size(const rapidjson::Value &v);
 
 }  // namespace toolnexus::server_detail
 

@@ -79,10 +79,26 @@ struct AgentCardOptions {
   std::string provider_url;
   /// documentationUrl ("" = left out).
   std::string documentation_url;
-  /// The card's "url". "" = derived from each card request as the client
-  /// reached the server: scheme from X-Forwarded-Proto (default http), host
-  /// from X-Forwarded-Host, else Host, else the listening address; path "/".
+  /// The card's "url", used as is whatever a request says. "" = derived
+  /// from each card request, but only from what names this server (the
+  /// card is cacheable: a client's forged Host or X-Forwarded-Host must not
+  /// make it point other clients at an attacker): forwarded headers when
+  /// trust_forwarded, the Host header when it is one of allowed_hosts, this
+  /// connection's own local ADDR:PORT or (on a loopback connection) a
+  /// loopback name; else the local address the request arrived on. See
+  /// docs/configuration.md ("The card's url").
   std::string public_url;
+  /// A reverse proxy in front sets Forwarded (RFC 7239 proto=, host=) or
+  /// X-Forwarded-Proto / X-Forwarded-Host, and strips what clients send:
+  /// the card's url follows them (limited to allowed_hosts when that is not
+  /// empty). Off by default: clients that reach the server directly could
+  /// send anything there.
+  bool trust_forwarded = false;
+  /// Host names the card's url may take from the Host header (and, when not
+  /// empty, the only ones it may take from forwarded headers): "name" (any
+  /// port) or "name:port", compared without case ("agents.example.com",
+  /// "[2001:db8::1]:8443").
+  std::vector<std::string> allowed_hosts;
 };
 
 /// Limits on what a client may send and how long it may take. Connections
@@ -134,6 +150,30 @@ struct ServerLimits {
   /// block) waits for a terminal or interrupted state; then it answers with
   /// the Task as it is.
   int blocking_timeout_ms = 60000;
+  /// Messages a Task's history may hold once a client's message is added:
+  /// a SendMessage continuing a Task whose history already holds this many
+  /// is refused (JSON-RPC -32602 invalid params, HTTP+JSON 400
+  /// INVALID_ARGUMENT; the error names limits.max_task_history, the limit
+  /// and the size) and the Task is left exactly as it was. The agent's own
+  /// messages (its replies, status updates) count toward it but are never
+  /// refused; they are bounded by max_task_bytes. At least 1.
+  std::size_t max_task_history = 1000;
+  /// Parts one message may have (A2A Message.parts); a message with more is
+  /// refused (-32602 / 400, field params.message.parts), whatever the Task.
+  /// At least 1.
+  std::size_t max_message_parts = 100;
+  /// Largest stored Task: its JSON as the store saves it (history,
+  /// artifacts, metadata, the server's bookkeeping), in bytes. A client's
+  /// message (new Task or continuation) or push notification config that
+  /// would make a Task larger is refused (-32602 / 400, naming
+  /// limits.max_task_bytes, the limit and the size) and nothing is saved.
+  /// An agent's output (artifacts, status updates, its outcome) that would
+  /// is not saved: the run is asked to stop (cancel_requested) and the
+  /// Task fails with a status message giving the sizes; what was saved
+  /// before is kept. The server's own records that end a Task (a cancel,
+  /// that failure, a settled lease) are always saved, and may take it past
+  /// the limit by their status message. At least 4096.
+  std::size_t max_task_bytes = std::size_t{8} << 20;
 };
 
 /// Leases of running Tasks (see TaskLifecycle in server/src): a Task in
