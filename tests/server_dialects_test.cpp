@@ -394,9 +394,9 @@ TEST_CASE("HTTP+JSON: send, get, cancel, list with filters and pages, and errors
 TEST_CASE("the Agent Card serves v1.0 (supportedInterfaces) and v0.3 clients") {
   auto server = serve_agent("echo");
   Connection conn(port_of(server.url()));
-  auto r = conn.get("/.well-known/agent-card.json", "Host: agent.example:9000\r\n");
+  auto r = conn.get("/.well-known/agent-card.json");
   auto card = parse(r.body);
-  const std::string base = "http://127.0.0.1/";  // the test client's Host header comes first
+  const std::string base = "http://127.0.0.1/";  // the test client's Host header (a loopback literal)
   const std::string url = card["url"].GetString();
   CHECK(to_json(card["supportedInterfaces"]) ==
         R"([{"url":)" + q(url) + R"(,"protocolBinding":"JSONRPC","protocolVersion":"1.0"},)" +

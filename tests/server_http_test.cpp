@@ -55,6 +55,9 @@ TEST_CASE("framing errors are refused by the HTTP layer with the reason") {
       {"header larger than the limit", "GET /tasks HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n",
        431, "larger than 32768"},
       {"malformed request line", "GET\r\n\r\n", 400, "malformed request header"},
+      {"two Host fields", "GET /.well-known/agent-card.json HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400,
+       "2 Host header fields"},
+      {"body over the limit", post_head("Content-Length: 2000000\r\n"), 413, "(limits.max_body_bytes, --max-body)"},
   };
   for (const Case &c : cases) {
     CAPTURE(c.what);

@@ -262,8 +262,13 @@ TEST_CASE("keep-alive comments on an idle stream; the cap on streams; a vanished
   auto r = three.post(R"({"jsonrpc":"2.0","id":5,"method":"SubscribeToTask","params":{"id":)" + q(id) + "}}", kV1);
   CHECK(error_code(parse(r.body)) == -32603);
   CHECK(error_message(parse(r.body)).find("too many open streams (2") != std::string::npos);
-  // HTTP+JSON: 503.
-  CHECK(three.get("/tasks/" + id + ":subscribe").status == 503);
+  // HTTP+JSON: 503, and the body says UNAVAILABLE with the same code.
+  HttpResponse busy = three.get("/tasks/" + id + ":subscribe");
+  CHECK(busy.status == 503);
+  CHECK(busy.header("retry-after") == "1");
+  auto busy_body = parse(busy.body);
+  CHECK(busy_body["error"]["code"].GetInt() == 503);
+  CHECK(std::string(busy_body["error"]["status"].GetString()) == "UNAVAILABLE");
   // The first client disconnects: its stream is freed, a new one is accepted.
   one.reset();
   CHECK(eventually([&] { return server.stats().open_streams == 1; }, 3000ms));

@@ -239,7 +239,11 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
       case LifecycleErrc::context_mismatch:
         return {rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message.contextId"};
       case LifecycleErrc::overloaded:
-      case LifecycleErrc::stopping: return {rpc_code::kInternalError, e.what(), {}};
+      case LifecycleErrc::stopping: {
+        Failure f{rpc_code::kInternalError, e.what(), {}};
+        f.unavailable = true;
+        return f;
+      }
       case LifecycleErrc::too_large: {
         // The limit, its value and the size the request would have made
         // (ErrorInfo.metadata in v1.0, error.data in v0.3).
@@ -474,7 +478,8 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
     task_field = "params.id";
     tid = opt_string(p, "id", task_field);
   }
-  if (!tid || tid->empty()) bad_param(task_field, "is required");
+  if (!tid) bad_param(v1 ? "params.taskId" : "params.taskId (or params.id)", "is required");
+  if (tid->empty()) bad_param(task_field, "must not be empty");
   const std::string task_id(*tid);
   // The config id: v1.0 params.id; v0.3 params.pushNotificationConfigId.
   std::optional<std::string_view> cid =

@@ -82,6 +82,10 @@ struct Failure {
   std::string field;
   /// Further facts (a limit's name, bound and the size met); may be empty.
   ErrorMetadata metadata;
+  /// A transient refusal (server busy, stopping, too many streams): the
+  /// HTTP+JSON binding answers 503 UNAVAILABLE (google.rpc.Code 14, the
+  /// spec's section 11.6 mapping) instead of the code's 500 INTERNAL.
+  bool unavailable = false;
 };
 
 /// Serves the A2A methods. Thread-safe (per-thread parse buffers); the

@@ -535,7 +535,8 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
           fail(c, 400, "malformed chunked request body: " + why);
           return true;
         case ChunkDecoder::Result::too_large:
-          fail(c, 413, "request body larger than the limit of " + std::to_string(limits.max_body_bytes) + " bytes");
+          fail(c, 413, "request body larger than the limit of " + std::to_string(limits.max_body_bytes) +
+                          " bytes (limits.max_body_bytes, --max-body)");
           return true;
       }
     }
@@ -550,6 +551,14 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     c.body_mode = Conn::Body::none;
     c.body_left = 0;
     c.chunks = ChunkDecoder();
+    // RFC 9112 section 3.2: more than one Host field is answered 400 (two
+    // hosts let a proxy and this server disagree about the target).
+    int hosts = 0;
+    for (auto it = h.find("Host"); it != h.end() && iequals(it->first, "Host"); ++it) ++hosts;
+    if (hosts > 1) {
+      why = "the request has " + std::to_string(hosts) + " Host header fields (at most one is allowed)";
+      return 400;
+    }
     bool has_te = false;
     for (auto it = h.find("Transfer-Encoding"); it != h.end() && iequals(it->first, "Transfer-Encoding"); ++it) {
       has_te = true;
@@ -589,7 +598,8 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     }
     if (has_cl) {
       if (length > limits.max_body_bytes) {
-        why = "request body larger than the limit of " + std::to_string(limits.max_body_bytes) + " bytes";
+        why = "request body larger than the limit of " + std::to_string(limits.max_body_bytes) +
+              " bytes (limits.max_body_bytes, --max-body)";
         return 413;
       }
       c.body_mode = Conn::Body::length;

@@ -137,7 +137,7 @@ std::pair<int, const char *> rest_status_for(int code) noexcept {
 }
 
 int write_rest_error(const Failure &f, std::string &body) {
-  const auto [status, name] = rest_status_for(f.code);
+  const auto [status, name] = f.unavailable ? std::pair<int, const char *>{503, "UNAVAILABLE"} : rest_status_for(f.code);
   std::string_view field = f.field;
   std::string message = f.message;
   if (field.substr(0, 7) == "params.") {

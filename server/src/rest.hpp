@@ -60,7 +60,8 @@ RestMatch match_rest_route(std::string_view http_method, std::string_view path, 
 std::pair<int, const char *> rest_status_for(int code) noexcept;
 
 /// The error body for `f` (its "params." field prefix dropped: REST has no
-/// params object). Returns the HTTP status to send it with.
+/// params object). Returns the HTTP status to send it with: the code's
+/// (rest_status_for), or 503 UNAVAILABLE when `f.unavailable`.
 int write_rest_error(const Failure &f, std::string &body);
 
 /// Serves one matched route: builds the method's params from the route,

@@ -164,7 +164,9 @@ void open_task_stream(Responder &out, TaskWatch &watch, StreamPlan plan, const S
     log.warn("refused a stream of Task '" + plan.hold->id() + "': " + too_many(settings.max_streams));
     if (plan.style.binding == Binding::rest) {
       std::string body;
-      write_rest_error(Failure{rpc_code::kInternalError, too_many(settings.max_streams), {}}, body);
+      Failure f{rpc_code::kInternalError, too_many(settings.max_streams), {}};
+      f.unavailable = true;
+      write_rest_error(f, body);
       HttpReply r;
       r.status = 503;
       r.body = std::move(body);
