@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -217,10 +218,12 @@ int main(int argc, char **argv) {
         if (frame.find("data:") == std::string::npos) continue;
         ++s.frames;
         ++frames;
+        // A ticker status ("t<ns>"); other texts (the client's own message,
+        // "done") carry no send time.
         const auto t = frame.find(R"("text":"t)");
-        if (t != std::string::npos) {
+        if (t != std::string::npos && t + 9 < frame.size() && std::isdigit(static_cast<unsigned char>(frame[t + 9]))) {
           const int64_t sent = std::atoll(frame.c_str() + t + 9);
-          latency_us.push_back(static_cast<double>(arrived - sent) / 1000.0);
+          if (sent > 0 && sent <= arrived) latency_us.push_back(static_cast<double>(arrived - sent) / 1000.0);
         }
       }
       if (!s.done && s.buf.find("0\r\n\r\n") != std::string::npos &&
