@@ -5,6 +5,8 @@
 #include "http_reactor.hpp"
 #include "rest.hpp"
 
+#include <malloc.h>
+
 #include <Poco/Exception.h>
 #include <Poco/Net/IPAddress.h>
 #include <Poco/Net/NetException.h>
@@ -50,6 +52,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Reused per worker thread.
+// Answers larger than this are followed by malloc_trim (see Router::handle).
+constexpr std::size_t kTrimAfterBytes = 1 << 20;
+
 struct ThreadBuffers {
   ResponseWriter out;
   std::string method;
@@ -142,6 +147,16 @@ class Router {
         case RestMatch::not_found: status = not_found(out); break;
       }
     }
+    // The answer has been copied out: a large one's buffers are freed now,
+    // not when this thread next serves a request (see ResponseWriter::reset).
+    const bool large = b.out.bytes().size() > kTrimAfterBytes || b.answer.capacity() > kTrimAfterBytes;
+    b.out.reset();
+    if (b.answer.capacity() > 256 * 1024) std::string().swap(b.answer);
+    // glibc keeps what a request thread freed in that thread's arena; after
+    // a Task of megabytes (its record, parsed tree, view and answer) 64 such
+    // requests at once left ~900 MB resident for good. Handing the free
+    // pages back costs a walk of the arenas, so only after a large answer.
+    if (large) ::malloc_trim(0);
     if (s_.log->enabled(LogLevel::debug)) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
       std::string line = m + " " + std::string(path.substr(0, 200));

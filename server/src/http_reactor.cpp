@@ -3,6 +3,8 @@
 #include "http_reactor.hpp"
 #include "semaphore.hpp"
 
+#include <malloc.h>
+
 #include <Poco/Exception.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/NetException.h>
@@ -751,7 +753,15 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       close_conn(c);
       return;
     }
-    c.out.clear();
+    if (c.out.capacity() > (1u << 20)) {
+      // A large answer is out: give its memory back to the system now
+      // (glibc would keep the freed pages of this thread's arena; see
+      // Router::handle in http.cpp for the request threads' share).
+      std::string().swap(c.out);
+      ::malloc_trim(0);
+    } else {
+      c.out.clear();
+    }
     c.out_off = 0;
     written(c);
   }

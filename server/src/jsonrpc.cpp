@@ -155,7 +155,12 @@ std::string Envelope::id_json() const {
 }
 
 void ResponseWriter::reset() {
+  // A writer lives per request thread: after a large answer (a Task of
+  // megabytes) keeping its buffer would pin that much memory in each of
+  // them (128 threads x 8 MiB). Small buffers are kept for reuse.
+  const bool large = buffer_.GetSize() > 256 * 1024;
   buffer_.Clear();
+  if (large) buffer_.ShrinkToFit();
   writer_.Reset(buffer_);
 }
 
