@@ -315,7 +315,8 @@ TEST_CASE("streams echo such ids byte for byte in every frame, and in a refusal"
     SseReader sse(conn, rpc_request("message/stream", R"({"message":)" + msg + "}", id));
     REQUIRE(sse.status() == 200);
     auto events = sse.rest();
-    REQUIRE(events.size() >= 2);
+    REQUIRE_MESSAGE(events.size() >= 2, "content-type '" << sse.header("content-type") << "', ended "
+                                                        << sse.ended() << ", unparsed: " << sse.unparsed());
     for (const auto &e : events) check_echoed(e.data, id, "result");
   }
   {
@@ -324,7 +325,8 @@ TEST_CASE("streams echo such ids byte for byte in every frame, and in a refusal"
     SseReader sse(conn, rpc_request("SendStreamingMessage", R"({"message":)" + v1 + "}", "-0.0", "A2A-Version: 1.0\r\n"));
     REQUIRE(sse.status() == 200);
     auto events = sse.rest();
-    REQUIRE(events.size() >= 2);
+    REQUIRE_MESSAGE(events.size() >= 2, "content-type '" << sse.header("content-type") << "', ended "
+                                                        << sse.ended() << ", unparsed: " << sse.unparsed());
     for (const auto &e : events) check_echoed(e.data, "-0.0", "result");
   }
   // One stream open (a subscriber of a parked Task): the next is refused

@@ -281,6 +281,8 @@ class SseReader {
   const std::vector<std::string> &comments() const { return comments_; }
   bool ended() const { return ended_; }
   bool timed_out() const { return timed_out_; }
+  /// What arrived but is no whole event (for failure messages).
+  std::string unparsed() const { return text_ + raw_; }
   /// Reads the rest of the stream (up to `timeout`); returns the events.
   std::vector<SseEvent> rest(std::chrono::milliseconds timeout = 5000ms) {
     std::vector<SseEvent> out;
