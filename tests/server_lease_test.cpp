@@ -167,12 +167,29 @@ TEST_CASE("a server that stops fails the Tasks it had not started, and finishes 
   REQUIRE(eventually([&] { return gate->entered.load() == 1; }));
   std::vector<std::string> queued;
   for (int i = 0; i < 5; ++i) queued.push_back(task_id(c.send("queued " + std::to_string(i))));
+  // The running Task is released only once the server has begun to stop:
+  // a blocking SendMessage (queued behind the gate) is answered when the
+  // stop begins, and only then does the releaser open the gate. The worker
+  // is then free during the HTTP drain and must still not start the queued
+  // Tasks. (A timed release raced the drain and passed or failed by luck.)
+  std::string blocking_answer;
   std::thread releaser([&] {
-    std::this_thread::sleep_for(100ms);
+    Client c2(server.url());
+    blocking_answer = c2.post(R"({"jsonrpc":"2.0","id":7,"method":"SendMessage","params":{"message":)"
+                              R"({"role":"user","messageId":"m-blocking","parts":[{"kind":"text","text":"queued 5"}]}}})")
+                          .body;
     gate->released = true;
   });
+  std::this_thread::sleep_for(200ms);  // the blocking request is in its wait
   server.stop();
   releaser.join();
+  {
+    // A blocking SendMessage saves its Task only with its outcome, so the
+    // stop answers it "the server is stopping" with nothing acknowledged.
+    auto d = parse(blocking_answer);
+    REQUIRE_MESSAGE(d.HasMember("error"), blocking_answer);
+    CHECK(std::string(d["error"]["message"].GetString()) == "the server is stopping");
+  }
   CHECK(stored_state(*store, running) == "completed");
   for (const auto &id : queued) {
     CAPTURE(id);

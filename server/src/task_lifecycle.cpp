@@ -534,7 +534,10 @@ void TaskLifecycle::worker_loop() {
     queue_sem_.acquire();
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
-      if (stop_workers_) return;
+      // Once the server begins to stop (begin_stop, before the HTTP drain),
+      // no queued Task starts: stop() fails them all. Without this check a
+      // worker freed during a slow drain ran queued Tasks it should fail.
+      if (stop_workers_ || stopping_.load()) return;
       if (queue_.empty()) continue;  // cannot happen: one token per item
       item = std::move(queue_.front());
       queue_.pop_front();
