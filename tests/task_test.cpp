@@ -118,6 +118,31 @@ TEST_CASE("RFC 3339 timestamps") {
   CHECK_FALSE(parse_timestamp("2026-11-29T20:58:33Zjunk", us));
   CHECK(format_timestamp(1795985913123456LL) == "2026-11-29T20:58:33.123456Z");
   CHECK(format_timestamp(0) == "1970-01-01T00:00:00.000000Z");
+  CHECK(format_timestamp(-1) == "1969-12-31T23:59:59.999999Z");
+  CHECK(format_timestamp(1709208000000001LL) == "2024-02-29T12:00:00.000001Z");  // leap day
+  CHECK(format_timestamp(951825600000000LL) == "2000-02-29T12:00:00.000000Z");   // 400-year leap day
+  CHECK(format_timestamp(253402300799999999LL) == "9999-12-31T23:59:59.999999Z");
+  CHECK(format_timestamp(-62135596800000000LL) == "0001-01-01T00:00:00.000000Z");
+}
+
+TEST_CASE("format_timestamp and parse_timestamp round-trip over years 0001..9999") {
+  // A linear congruential walk over the whole RFC 3339 range, negative
+  // (before 1970) and positive, down to the microsecond.
+  const int64_t lo = -62135596800000000LL, hi = 253402300799999999LL;
+  uint64_t x = 88172645463325252ULL;
+  for (int i = 0; i < 20000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const int64_t t = lo + static_cast<int64_t>(x % static_cast<uint64_t>(hi - lo));
+    const std::string text = format_timestamp(t);
+    int64_t back = 0;
+    CAPTURE(t);
+    CAPTURE(text);
+    REQUIRE(text.size() == 27);
+    REQUIRE(parse_timestamp(text, back));
+    REQUIRE(back == t);
+  }
 }
 
 TEST_CASE("UTF-8 validation") {
