@@ -416,6 +416,7 @@ int cmd_list(const Options &o) {
   q.deliver_corrupt = true;
   auto s = resolve_store(o.positional[1], kInspect);
   uint64_t n = 0, skipped = 0;
+  std::string out;  // a page of lines, written at once (an ostream insert per field cost 4x more)
   for (;;) {
     if (n >= limit) break;
     if (limit - n < q.page_size) q.page_size = static_cast<uint32_t>(limit - n);
@@ -436,13 +437,21 @@ int cmd_list(const Options &o) {
         continue;
       }
       if (json) {
-        std::cout << r.json << "\n";
+        out += r.json;
       } else {
-        std::cout << r.id << "\t" << (r.state.empty() ? "-" : r.state) << "\t" << time_text(r.status_time_us) << "\t"
-                  << (r.context_id.empty() ? "-" : r.context_id) << "\n";
+        out += r.id;
+        out += '\t';
+        out += r.state.empty() ? "-" : r.state;
+        out += '\t';
+        out += time_text(r.status_time_us);
+        out += '\t';
+        out += r.context_id.empty() ? "-" : r.context_id;
       }
+      out += '\n';
       ++n;
     }
+    std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
+    out.clear();
     if (p.next_cursor.empty()) break;
     q.cursor = std::move(p.next_cursor);
   }
