@@ -163,6 +163,7 @@
 #include <rapidjson/writer.h>
 
 #include <dirent.h>
+#include <endian.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -637,9 +638,14 @@ void put_u64(std::string &out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
 }
 uint32_t get_u32(const char *p) noexcept {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return le32toh(v);
+}
+uint64_t get_u64(const char *p) noexcept {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return le64toh(v);
 }
 
 // Builds one record's payload; frame() wraps it as
@@ -683,8 +689,7 @@ class RecReader {
   }
   uint64_t u64() {
     if (p_.size() < 8) return fail<uint64_t>();
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p_[static_cast<size_t>(i)]);
+    const uint64_t v = get_u64(p_.data());
     p_.remove_prefix(8);
     return v;
   }
@@ -709,6 +714,14 @@ class RecReader {
   std::string_view p_;
   bool ok_ = true;
 };
+
+// How many bytes the framed record at data[off..] takes in all, as far as
+// its length field says (0 when the length field is not all there); for a
+// reader that fetches the file piece by piece.
+size_t record_extent(std::string_view data, size_t off) noexcept {
+  if (data.size() - off < 4) return 0;
+  return 8 + static_cast<size_t>(get_u32(data.data() + off));
+}
 
 // The next framed record in data[off..]: its type and payload; returns the
 // bytes it takes, 0 when incomplete or damaged (a torn tail).
@@ -763,18 +776,35 @@ struct IEntry {
 // id; for a corrupt file whose id is not known, '\0' + its file name), in
 // list order, with counters. Guarded by FileStore::imu_.
 struct Index {
-  // (time, delivered id, keyed by name): list order, then names last.
-  using OKey = std::tuple<int64_t, std::string, bool>;
+  using Node = std::pair<const std::string, IEntry>;
+  // A place in list order: (time, delivered id, keyed by name), then names
+  // last, and the entry it stands for. `id` views the key inside `node`,
+  // an element of `entries`, whose address is stable until it is erased
+  // (erase and put take its OKey out of `order` first), so the order holds
+  // no copy of any id and list reaches an entry without a hash lookup.
+  // A probe key (a lookup bound) has no node; its `id` need only outlive
+  // the lookup.
+  struct OKey {
+    int64_t time;
+    std::string_view id;
+    bool named;
+    const Node *node;
+  };
   struct OOrder {
     bool operator()(const OKey &a, const OKey &b) const noexcept {
-      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
-      if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
-      return std::get<2>(a) < std::get<2>(b);
+      if (a.time != b.time) return a.time > b.time;
+      const int c = a.id.compare(b.id);
+      if (c != 0) return c < 0;
+      return a.named < b.named;
     }
   };
   std::unordered_map<std::string, IEntry> entries;
   std::set<OKey, OOrder> order;
+  // Built on first use (ensure_counts), then kept up to date by put and
+  // erase: a process that only lists (`toolnexus store list`) never pays
+  // for them, nor an open for the counters' ~750 instructions per Task.
   toolnexus::plugins::TaskCounts counts;
+  bool counts_ready = false;
   std::unordered_map<std::string, uint64_t> tombs;  // last version of each deleted key
   uint64_t epoch = 0;
   int64_t live = 0;  // processes that appended OPEN and not CLOSE, since RESET
@@ -784,49 +814,57 @@ struct Index {
 
   static bool named(const std::string &key) noexcept { return !key.empty() && key[0] == '\0'; }
   static std::string shown(const std::string &key) { return named(key) ? key.substr(1) : key; }
-  static OKey okey(const std::string &key, const IEntry &e) { return OKey{e.time_us, shown(key), named(key)}; }
+  // The OKey of `n` with the time `time_us` (the entry's, or the one it is
+  // about to get).
+  static OKey okey(const Node &n, int64_t time_us) noexcept {
+    const bool nm = named(n.first);
+    return OKey{time_us, nm ? std::string_view(n.first).substr(1) : std::string_view(n.first), nm, &n};
+  }
 
   // Bulk mode (a whole index file read from its start): records update
-  // `entries` and `tombs` only; end_bulk() then builds `order` from one
-  // sort and `counts` from one pass. Rebuilding the tree and the counters
-  // per record made opening a 50,000-Task store twice as slow.
+  // `entries` and `tombs` only; end_bulk() then puts each live entry into
+  // `order` once (counts wait for their first use: build_counts). Updating
+  // the tree and the counters per record made opening a 50,000-Task store
+  // twice as slow; OKeys are small views, so no sort buffer is needed.
   bool bulk = false;
   void end_bulk() {
     bulk = false;
-    std::vector<OKey> keys;
-    keys.reserve(entries.size());
-    for (const auto &[key, e] : entries) {
-      keys.push_back(okey(key, e));
+    for (const Node &n : entries) order.insert(okey(n, n.second.time_us));
+  }
+
+  // Counts every sound entry once; then put and erase keep the counters.
+  void build_counts() {
+    if (counts_ready) return;
+    counts.clear();
+    for (const auto &[key, e] : entries)
       if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
-    }
-    std::sort(keys.begin(), keys.end(), OOrder());
-    for (OKey &k : keys) order.emplace_hint(order.end(), std::move(k));
+    counts_ready = true;
   }
 
   void erase(const std::string &key) {
     auto it = entries.find(key);
     if (it == entries.end()) return;
     if (!bulk) {
-      order.erase(okey(key, it->second));
-      if (!it->second.corrupt)
+      order.erase(okey(*it, it->second.time_us));
+      if (counts_ready && !it->second.corrupt)
         counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
     }
     entries.erase(it);
   }
-  void put(const std::string &key, IEntry e) {
-    auto [it, fresh] = entries.try_emplace(key);
+  void put(std::string key, IEntry e) {
+    auto [it, fresh] = entries.try_emplace(std::move(key));  // moved from only when inserted
     if (!fresh) {
       if (!bulk) {
-        order.erase(okey(key, it->second));
-        if (!it->second.corrupt)
+        order.erase(okey(*it, it->second.time_us));
+        if (counts_ready && !it->second.corrupt)
           counts.add(it->second.context_id, it->second.state, it->second.owner, it->second.tenant, -1);
       }
     } else if (!tombs.empty()) {
-      tombs.erase(key);
+      tombs.erase(it->first);
     }
     if (!bulk) {
-      order.insert(okey(key, e));
-      if (!e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
+      order.insert(okey(*it, e.time_us));
+      if (counts_ready && !e.corrupt) counts.add(e.context_id, e.state, e.owner, e.tenant, +1);
     }
     it->second = std::move(e);
   }
@@ -878,7 +916,7 @@ struct Index {
         e.problem = r.str();
         if (!r.ok() || key.empty()) return false;
         if (e.corrupt) e.time_us = TNX_TIME_NONE;
-        put(key, std::move(e));
+        put(std::move(key), std::move(e));
         return true;
       }
       case kRecDel: {
@@ -1228,27 +1266,54 @@ class FileStore final : public toolnexus::sdk::Store {
     const bool deliver_corrupt = TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
     catch_up();
     for (int attempt = 0;; ++attempt) {
-      // The page from the index: limit + 1 candidates (one more says whether
-      // a next page exists).
+      // The page from the index: up to `limit` matches, and whether one more
+      // exists (a next page). With omit_json a sound entry is delivered
+      // from the index alone, at once, under the index lock: no copy of its
+      // fields is made (the sink copies what it keeps; task_store.h says a
+      // sink must not call back into the store). Such a page never goes
+      // round again (nothing of it is stale), so nothing is delivered twice.
       std::vector<Cand> cands;
+      bool more = false;
+      size_t delivered = 0;
+      int64_t last_time = 0;
+      std::string last_id;
       {
         std::shared_lock<std::shared_mutex> l(imu_);
-        auto it = start_of(cursor);
-        for (; it != index_.order.end() && cands.size() <= limit; ++it) {
-          const std::string &shown_id = std::get<1>(*it);
-          const std::string key = std::get<2>(*it) ? std::string(1, '\0') + shown_id : shown_id;
-          auto en = index_.entries.find(key);
-          if (en == index_.entries.end()) continue;
-          const IEntry &e = en->second;
+        size_t found = 0;
+        const Index::OKey *last = nullptr;
+        for (auto it = start_of(cursor); it != index_.order.end(); ++it) {
+          const IEntry &e = it->node->second;
           if (!e.corrupt && !toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us))
             continue;
-          cands.push_back(Cand{key, shown_id, e});
+          if (found == limit) {
+            more = true;
+            break;
+          }
+          ++found;
+          if (omit && !e.corrupt) {
+            tnx_task_record r = empty_record();
+            r.id = toolnexus::sdk::str(it->id);
+            r.context_id = toolnexus::sdk::str(e.context_id);
+            r.state = toolnexus::sdk::str(e.state);
+            r.status_time_us = e.time_us;
+            r.owner = toolnexus::sdk::str(e.owner);
+            r.tenant = toolnexus::sdk::str(e.tenant);
+            r.version = e.version;
+            if (!out(r)) return std::string();
+            ++delivered;
+            last = &*it;
+          } else {
+            cands.push_back(Cand{it->node->first, std::string(it->id), e});
+          }
+        }
+        if (last != nullptr) {
+          last_time = last->time;
+          last_id.assign(last->id);
         }
       }
-      const bool more = cands.size() > limit;
-      if (more) cands.resize(limit);
       // Read what is delivered; a file that changed behind the index is
-      // re-indexed and the page made again.
+      // re-indexed and the page made again. (Corrupt entries sort last, so
+      // what was delivered above stays ahead of what is delivered here.)
       std::vector<Item> items;
       std::vector<std::string> stale;
       for (Cand &c : cands) {
@@ -1262,11 +1327,6 @@ class FileStore final : public toolnexus::sdk::Store {
           }
           items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
                                c.e.problem});
-          continue;
-        }
-        if (omit) {
-          items.push_back(Item{c.e.time_us, c.shown, c.e.version, c.e.context_id, c.e.state, c.e.owner, c.e.tenant,
-                               std::string(), std::string()});
           continue;
         }
         std::optional<Loaded> l;
@@ -1351,7 +1411,8 @@ class FileStore final : public toolnexus::sdk::Store {
         r.problem = toolnexus::sdk::str(item.problem);
         if (!out(r)) return std::string();
       }
-      if (!more || items.empty()) return std::string();
+      if (!more || (items.empty() && delivered == 0)) return std::string();
+      if (items.empty()) return encode_cursor(last_time, last_id);
       return encode_cursor(items.back().time_us, items.back().id);
     }
   }
@@ -1359,20 +1420,28 @@ class FileStore final : public toolnexus::sdk::Store {
   // ABI 1.3: from the index's counters; a time window walks that window.
   uint64_t count(const tnx_list_query &q) override {
     catch_up();
+    if (toolnexus::plugins::TaskCounts::answers(q)) {
+      for (;;) {
+        {
+          std::shared_lock<std::shared_mutex> l(imu_);
+          if (index_.counts_ready) return index_.counts.count(q);
+        }
+        // First count since the index was (re)loaded: build the counters.
+        std::unique_lock<std::shared_mutex> l(imu_);
+        index_.build_counts();
+      }
+    }
     std::shared_lock<std::shared_mutex> l(imu_);
-    if (toolnexus::plugins::TaskCounts::answers(q)) return index_.counts.count(q);
     auto it = index_.order.begin();
     if (q.filter_flags & TNX_FILTER_BEFORE) {
       if (q.before_us == INT64_MIN) return 0;
-      it = index_.order.lower_bound(Index::OKey{q.before_us - 1, std::string(), false});
+      it = index_.order.lower_bound(Index::OKey{q.before_us - 1, std::string_view(), false, nullptr});
     }
     uint64_t n = 0;
     for (; it != index_.order.end(); ++it) {
-      if ((q.filter_flags & TNX_FILTER_AFTER) && !(std::get<0>(*it) > q.after_us)) break;
-      const std::string key = std::get<2>(*it) ? std::string(1, '\0') + std::get<1>(*it) : std::get<1>(*it);
-      auto en = index_.entries.find(key);
-      if (en == index_.entries.end() || en->second.corrupt) continue;
-      const IEntry &e = en->second;
+      if ((q.filter_flags & TNX_FILTER_AFTER) && !(it->time > q.after_us)) break;
+      const IEntry &e = it->node->second;
+      if (e.corrupt) continue;
       if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us)) ++n;
     }
     return n;
@@ -1533,33 +1602,65 @@ class FileStore final : public toolnexus::sdk::Store {
     for (int moves = 0; moves < 8; ++moves) {
       if (size <= offset_) return;
       index_.bulk = offset_ == 0;  // the whole file: see Index::bulk
-      std::string data(static_cast<size_t>(size - offset_), '\0');
-      size_t got = 0;
-      while (got < data.size()) {
-        const ssize_t n = ::pread(index_fd_, &data[got], data.size() - got, static_cast<off_t>(offset_ + got));
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          throw Error(TNX_EIO, "cannot read '" + path(kIndexName) + "': " + errtext(errno));
+      // Read in pieces of 256 KiB (grown only for a larger record): a whole
+      // 6 MB index in one buffer cost more in page faults than parsing it.
+      constexpr size_t kPiece = 256 * 1024;
+      std::string data;
+      size_t off = 0;         // parsed bytes of `data`
+      uint64_t read_to = offset_;  // file offset just past `data`
+      bool moved = false, stop = false, eof = false;
+      while (!stop) {
+        // Keep the unparsed tail, then fetch enough for the next record.
+        data.erase(0, off);
+        off = 0;
+        const size_t want = std::max(kPiece, record_extent(data, 0));
+        if (!eof && data.size() < want && read_to < size) {
+          const size_t keep = data.size();
+          const size_t ask = static_cast<size_t>(std::min<uint64_t>(want - keep, size - read_to));
+          data.resize(keep + ask);
+          size_t got = 0;
+          while (got < ask) {
+            const ssize_t n = ::pread(index_fd_, &data[keep + got], ask - got, static_cast<off_t>(read_to + got));
+            if (n < 0) {
+              if (errno == EINTR) continue;
+              throw Error(TNX_EIO, "cannot read '" + path(kIndexName) + "': " + errtext(errno));
+            }
+            if (n == 0) {
+              eof = true;
+              break;
+            }
+            got += static_cast<size_t>(n);
+          }
+          data.resize(keep + got);
+          read_to += got;
         }
-        if (n == 0) break;
-        got += static_cast<size_t>(n);
-      }
-      data.resize(got);
-      size_t off = 0;
-      bool moved = false;
-      for (;;) {
-        uint8_t type = 0;
-        std::string_view payload;
-        const size_t n = next_record(data, off, type, payload);
-        if (n == 0) break;
-        if (type == kRecMoved) {
-          moved = true;
-          break;
+        const bool last_piece = eof || read_to >= size;
+        for (;;) {
+          uint8_t type = 0;
+          std::string_view payload;
+          const size_t n = next_record(data, off, type, payload);
+          if (n == 0) {
+            // Incomplete here: fetch more, unless this is all there is (a
+            // torn or damaged tail, or a record still being appended).
+            if (last_piece || record_extent(data, off) > (size_t{1} << 28) + 8 ||
+                (record_extent(data, off) != 0 && data.size() - off >= record_extent(data, off)))
+              stop = true;
+            break;
+          }
+          if (type == kRecMoved) {
+            moved = true;
+            stop = true;
+            break;
+          }
+          if (!index_.apply(type, payload)) {
+            stop = true;
+            break;
+          }
+          off += n;
+          offset_ += n;
         }
-        if (!index_.apply(type, payload)) break;
-        off += n;
+        if (!stop && last_piece) stop = true;
       }
-      offset_ += off;
       if (index_.bulk) index_.end_bulk();
       if (!moved) return;
       // A compacted index replaced this file: read it from the start.
@@ -1813,14 +1914,15 @@ class FileStore final : public toolnexus::sdk::Store {
   // Where a page after `cursor` starts in the index order (imu_ held).
   std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const {
     if (!cursor) return index_.order.begin();
-    if (!cursor->long_form) return index_.order.upper_bound(Index::OKey{cursor->key.time_us, cursor->key.id, true});
+    if (!cursor->long_form)
+      return index_.order.upper_bound(Index::OKey{cursor->key.time_us, cursor->key.id, true, nullptr});
     // Long form: the id with that prefix and hash, if it still exists;
     // otherwise every id with the prefix again (a repeat beats a loss).
-    const auto first = index_.order.lower_bound(Index::OKey{cursor->key.time_us, cursor->key.id, false});
-    for (auto it = first; it != index_.order.end() && std::get<0>(*it) == cursor->key.time_us &&
-                          starts_with(std::get<1>(*it), cursor->key.id);
+    const auto first = index_.order.lower_bound(Index::OKey{cursor->key.time_us, cursor->key.id, false, nullptr});
+    for (auto it = first; it != index_.order.end() && it->time == cursor->key.time_us &&
+                          starts_with(it->id, cursor->key.id);
          ++it)
-      if (sha256_hex(std::get<1>(*it)) == cursor->sha) return std::next(it);
+      if (sha256_hex(it->id) == cursor->sha) return std::next(it);
     return first;
   }
 
