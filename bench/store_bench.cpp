@@ -16,7 +16,7 @@
 //                        postgres store competes with)
 //
 //   store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]
-//   store_bench --list-bench N[,N...] [SELECTOR...]
+//   store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]
 //
 // --list-bench: for each size N (e.g. 50000, or 50000,1000000: the 1M size
 // takes minutes to populate, so it is never the default) fills a fresh store
@@ -29,6 +29,10 @@
 // its totalSize (count), first page and deep in, with a state filter (the
 // lease sweep's query) and a contextId filter; and at N <= 50000 the old
 // totalSize by paging through every match (TaskStore's list fallback).
+// On file: and sqlite: it then times `toolnexus store list` of every Task
+// in a new process (the binary beside store_bench), 20 runs after one that
+// warms the page cache. --long-ids gives the Tasks 36-character UUID-shaped
+// ids and contextIds, as the server makes them, instead of "t-N"/"ctx-N".
 //
 // SELECTOR may contain {tmp} (a fresh temporary directory). Default selectors:
 // memory file:{tmp} sqlite:{tmp}/tasks.db. Numbers go to stdout, one row per
@@ -36,6 +40,9 @@
 #include "toolnexus/registry.hpp"
 
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -355,9 +362,26 @@ void bench_raw_libpq(const std::string &selector, int threads, size_t n, const s
 // --list-bench
 // ---------------------------------------------------------------------------
 
+// --long-ids: ids and contextIds shaped like the server's (36-character
+// UUIDs), which do not fit std::string's inline buffer; the default "t-N"
+// and "ctx-N" do.
+bool g_long_ids = false;
+
+std::string uuid_like(uint64_t tag, size_t i) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%08llx-%04x-4%03x-8%03x-%012zx", static_cast<unsigned long long>(tag & 0xffffffffu),
+                static_cast<unsigned>((i * 2654435761u) & 0xffff), static_cast<unsigned>(i & 0xfff),
+                static_cast<unsigned>((i >> 12) & 0xfff), i);
+  return b;
+}
+std::string bench_id(size_t i) { return g_long_ids ? uuid_like(0x7a5c, i) : "t-" + std::to_string(i); }
+std::string bench_context(size_t i) {
+  return g_long_ids ? uuid_like(0xc0, i % 1000) : "ctx-" + std::to_string(i % 1000);
+}
+
 std::string small_task_json(size_t i) {
   const char *state = i % 20 == 0 ? "working" : i % 20 == 1 ? "input-required" : "completed";
-  return R"({"id":"t-)" + std::to_string(i) + R"(","contextId":"ctx-)" + std::to_string(i % 1000) +
+  return R"({"id":")" + bench_id(i) + R"(","contextId":")" + bench_context(i) +
          R"(","kind":"task","status":{"state":")" + state + R"(","timestamp":")" +
          format_timestamp(1767225600000000LL + static_cast<int64_t>(i) * 1000LL) +
          R"("},"history":[{"role":"user","messageId":"m)" + std::to_string(i) +
@@ -381,6 +405,56 @@ void timed(const std::string &what, int reps, const std::function<void()> &f) {
   std::fflush(stdout);
 }
 
+// `toolnexus store list SELECTOR` (every Task, one line each, to
+// /dev/null) as a user runs it: a new process that loads the plugins, opens
+// the store read-only and prints. Wall time and the process's CPU time,
+// beside the same command on an empty memory store (what starting the
+// process and loading the plugins costs on this machine).
+void cli_list_run(const fs::path &exe, const std::string &sel, const std::string &what, size_t lines) {
+  std::vector<double> wall, cpu;
+  for (int r = 0; r < 21; ++r) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    std::string a0 = exe.string(), a1 = "store", a2 = "list", a3 = sel;
+    char *argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+    pid_t pid = 0;
+    const auto t0 = Clock::now();
+    if (posix_spawn(&pid, a0.c_str(), &fa, nullptr, argv, environ) != 0) {
+      std::perror("posix_spawn");
+      std::exit(2);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    int status = 0;
+    struct rusage ru {};
+    if (::wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "store_bench: toolnexus store list %s failed\n", sel.c_str());
+      std::exit(2);
+    }
+    if (r == 0) continue;  // warms the page cache
+    wall.push_back(ms_since(t0));
+    const long long cpu_us = static_cast<long long>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000LL +
+                             static_cast<long long>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    cpu.push_back(static_cast<double>(cpu_us) / 1e3);
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  std::printf("  %-52s p50 %9.3f ms  min %9.3f ms  cpu p50 %.3f ms  (%zu runs, %zu lines)\n", what.c_str(),
+              wall[wall.size() / 2], wall.front(), cpu[cpu.size() / 2], wall.size(), lines);
+  std::fflush(stdout);
+}
+
+void cli_list_bench(const std::string &sel, size_t n) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec).parent_path() / "toolnexus";
+  if (ec || !fs::exists(exe)) {
+    std::printf("  toolnexus store list: skipped (no %s)\n", exe.c_str());
+    return;
+  }
+  cli_list_run(exe, "memory", "toolnexus store list memory (empty: process start)", 0);
+  cli_list_run(exe, sel, "toolnexus store list (new process, every Task)", n);
+}
+
 void list_bench(const std::string &selector, size_t n) {
   const std::string sel = expand(selector);
   std::string name = selector.substr(0, selector.find(':'));
@@ -392,7 +466,7 @@ void list_bench(const std::string &selector, size_t n) {
     const std::string dir = sel.substr(5);
     fs::create_directories(dir);
     for (size_t i = 0; i < n; ++i) {
-      const std::string path = dir + "/t-" + std::to_string(i) + ".json";
+      const std::string path = dir + "/" + bench_id(i) + ".json";
       int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       write_all(fd, small_task_json(i));
       ::close(fd);
@@ -472,7 +546,7 @@ void list_bench(const std::string &selector, size_t n) {
   sweep.page_size = 200;
   timed("lease sweep page (state=working, 200, no owner)", reps, [&] { (void)store->list(sweep); });
   ListQuery ctx = caller;
-  ctx.context_id = "ctx-7";
+  ctx.context_id = bench_context(7);
   timed("ListTasks contextId (list 50 + count)", reps, [&] {
     auto p = store->list(ctx);
     if (p.records.empty()) std::abort();
@@ -495,6 +569,7 @@ void list_bench(const std::string &selector, size_t n) {
     });
   }
   store->close();
+  if (sel.rfind("file:", 0) == 0 || sel.rfind("sqlite:", 0) == 0) cli_list_bench(sel, n);
 }
 
 }  // namespace
@@ -506,7 +581,8 @@ int main(int argc, char **argv) {
   std::vector<size_t> list_sizes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--list-bench" && i + 1 < argc) {
+    if (a == "--long-ids") g_long_ids = true;
+    else if (a == "--list-bench" && i + 1 < argc) {
       std::string v = argv[++i];
       for (size_t p = 0; p < v.size();) {
         size_t c = v.find(',', p);
@@ -526,7 +602,7 @@ int main(int argc, char **argv) {
       }
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]\n"
-                  "       store_bench --list-bench N[,N...] [SELECTOR...]\n");
+                  "       store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]\n");
       return 0;
     } else selectors.push_back(a);
   }
