@@ -70,6 +70,15 @@ class Sql {
 
   const std::string &table() const { return table_; }
 
+  /// The planner's row estimate of the task table (pg_class.reltuples as
+  /// bigint: -1 while it was never analyzed). $1 = the quoted table name.
+  static std::string row_estimate() {
+    return "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1)";
+  }
+
+  /// ANALYZE of the task table (fresh planner statistics).
+  std::string analyze() const { return "ANALYZE " + t_; }
+
   /// CREATE TABLE IF NOT EXISTS of the version table (idempotent).
   static std::string create_meta() {
     return std::string("CREATE TABLE IF NOT EXISTS ") + kMetaTable +

@@ -691,3 +691,40 @@ TEST_CASE("every list shape is an index scan: no sequential scan, no sort of a l
   }
   CHECK(shapes == 256);
 }
+
+TEST_CASE("a bulk save_batch leaves fresh planner statistics: ListTasks is an index scan at once") {
+  // Without statistics (a table filled by an import, before autovacuum came
+  // by) the planner took the tenant index and sorted every row: 27 ms
+  // instead of 0.4 ms for a page at 50,000 Tasks.
+  const std::string t = unique("bulk");
+  auto store = open_store(t);
+  Admin admin;
+  admin.exec("ALTER TABLE " + t + " SET (autovacuum_enabled = false)");  // only the plugin analyzes here
+  const std::string estimate = "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1)";
+  auto save = [&](int from, int n) {
+    std::vector<toolnexus::Task> tasks;
+    for (int i = from; i < from + n; ++i) tasks.push_back(make_task("b" + std::to_string(i), "ctx" + std::to_string(i % 7), "completed", i + 1));
+    std::vector<toolnexus::BatchItem> items;
+    for (const auto &task : tasks) items.push_back(toolnexus::BatchItem{&task, {}});
+    store->save_batch(items);
+  };
+  save(0, 999);  // below the threshold: no ANALYZE
+  CHECK(admin.scalar(estimate, {t}) == "-1");
+  save(1000, 11000);  // a bulk load: analyzed when it commits
+  CHECK(admin.scalar(estimate, {t}) == "11999");
+  std::string plan;
+  for (const auto &row : admin.query("EXPLAIN " + pg::Sql(t).list(pg::kByOwner | pg::kByTenant, false, false),
+                                     {"", "", "51"}))
+    plan += row[0] + "\n";
+  INFO(plan);
+  CHECK(plan.find("Index Scan using " + t + "_by_time") != std::string::npos);
+  CHECK(plan.find("Sort") == std::string::npos);
+  // A batch that is at most a tenth of the table analyzes nothing more
+  // (another ANALYZE would make the estimate 12999).
+  save(20000, 1000);
+  CHECK(admin.scalar(estimate, {t}) == "11999");
+  toolnexus::ListQuery q;
+  q.page_size = 50;
+  CHECK(store->list(q).records.size() == 50);
+  CHECK(store->count(q) == 12999);
+}
