@@ -800,9 +800,9 @@ struct Index {
   };
   std::unordered_map<std::string, IEntry> entries;
   std::set<OKey, OOrder> order;
-  // Built on first use (ensure_counts), then kept up to date by put and
-  // erase: a process that only lists (`toolnexus store list`) never pays
-  // for them, nor an open for the counters' ~750 instructions per Task.
+  // Built on first use (build_counts, from count()), then kept up to date
+  // by put and erase: a process that only lists (`toolnexus store list`)
+  // never pays for them, nor an open for their ~750 instructions per Task.
   toolnexus::plugins::TaskCounts counts;
   bool counts_ready = false;
   std::unordered_map<std::string, uint64_t> tombs;  // last version of each deleted key
