@@ -1272,11 +1272,12 @@ class FileStore final : public toolnexus::sdk::Store {
     catch_up();
     for (int attempt = 0;; ++attempt) {
       // The page from the index: up to `limit` matches, and whether one more
-      // exists (a next page). With omit_json a sound entry is delivered
-      // from the index alone, at once, under the index lock: no copy of its
-      // fields is made (the sink copies what it keeps; task_store.h says a
-      // sink must not call back into the store). Such a page never goes
-      // round again (nothing of it is stale), so nothing is delivered twice.
+      // exists (a next page). With omit_json every entry is delivered from
+      // the index alone, in list order, at once, under the index lock: no
+      // copy of its fields is made (the sink copies what it keeps;
+      // task_store.h says a sink must not call back into the store). Such
+      // a page never goes round again (no file is read, so nothing is
+      // stale), so nothing is delivered twice.
       std::vector<Cand> cands;
       bool more = false;
       size_t delivered = 0;
@@ -1295,15 +1296,23 @@ class FileStore final : public toolnexus::sdk::Store {
             break;
           }
           ++found;
-          if (omit && !e.corrupt) {
+          if (omit) {
             tnx_task_record r = empty_record();
             r.id = toolnexus::sdk::str(it->id);
-            r.context_id = toolnexus::sdk::str(e.context_id);
-            r.state = toolnexus::sdk::str(e.state);
-            r.status_time_us = e.time_us;
-            r.owner = toolnexus::sdk::str(e.owner);
-            r.tenant = toolnexus::sdk::str(e.tenant);
-            r.version = e.version;
+            if (e.corrupt) {
+              // Corrupt entries share the "no time" end of the order with
+              // sound Tasks that have no timestamp: delivered in their place.
+              if (!deliver_corrupt) throw Error(e.unreadable ? TNX_EIO : TNX_ECORRUPT, e.problem);
+              r.status_time_us = TNX_TIME_NONE;
+              r.problem = toolnexus::sdk::str(e.problem);
+            } else {
+              r.context_id = toolnexus::sdk::str(e.context_id);
+              r.state = toolnexus::sdk::str(e.state);
+              r.status_time_us = e.time_us;
+              r.owner = toolnexus::sdk::str(e.owner);
+              r.tenant = toolnexus::sdk::str(e.tenant);
+              r.version = e.version;
+            }
             if (!out(r)) return std::string();
             ++delivered;
             last = &*it;
@@ -1316,9 +1325,9 @@ class FileStore final : public toolnexus::sdk::Store {
           last_id.assign(last->id);
         }
       }
-      // Read what is delivered; a file that changed behind the index is
-      // re-indexed and the page made again. (Corrupt entries sort last, so
-      // what was delivered above stays ahead of what is delivered here.)
+      // Read what is delivered (only without omit_json, so nothing was
+      // delivered above); a file that changed behind the index is
+      // re-indexed and the page made again.
       std::vector<Item> items;
       std::vector<std::string> stale;
       for (Cand &c : cands) {
@@ -1416,8 +1425,12 @@ class FileStore final : public toolnexus::sdk::Store {
         r.problem = toolnexus::sdk::str(item.problem);
         if (!out(r)) return std::string();
       }
-      if (!more || (items.empty() && delivered == 0)) return std::string();
-      if (items.empty()) return encode_cursor(last_time, last_id);
+      if (!more) return std::string();
+      if (delivered != 0) return encode_cursor(last_time, last_id);
+      // Every candidate of the page was dropped (it kept changing, or went
+      // away): the next page starts after them, not nowhere.
+      if (items.empty())
+        return cands.empty() ? std::string() : encode_cursor(cands.back().e.time_us, cands.back().shown);
       return encode_cursor(items.back().time_us, items.back().id);
     }
   }
