@@ -1447,3 +1447,26 @@ TEST_CASE("list: a page whose candidates all keep changing still says where the 
   stop = true;
   writer.join();
 }
+
+TEST_CASE("a FIFO in place of .tnx-index or .tnx-lock is refused at open, naming it, not waited on") {
+  // A read-only open (store list, get, check) used to block for ever in
+  // open(2) on a FIFO with no writer.
+  for (const char *own : {".tnx-index", ".tnx-lock"}) {
+    CAPTURE(own);
+    TempDir t;
+    {
+      Store s(t.path);
+      REQUIRE(s.save(task("a", 10)).rc == TNX_OK);
+    }
+    fs::remove(t / own);
+    REQUIRE(::mkfifo((t / own).c_str(), 0600) == 0);
+    for (uint32_t flags : {uint32_t{TNX_OPEN_READ_ONLY}, uint32_t{0}}) {
+      tnx_store *s = nullptr;
+      Result r = Store::open_raw(t.path, &s, flags);
+      CHECK(r.rc == TNX_EIO);
+      CHECK(r.err.find(t / own) != std::string::npos);
+      CHECK(r.err.find("not a regular file") != std::string::npos);
+      CHECK(s == nullptr);
+    }
+  }
+}

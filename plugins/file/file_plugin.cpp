@@ -1058,10 +1058,25 @@ class FileStore final : public toolnexus::sdk::Store {
   // cleans up when no other process has the store open, and records the
   // open. Read-only: creates and changes nothing; an index that cannot be
   // trusted (or none) is rebuilt in memory only.
+  // Opens the store's own file `name` (.tnx-lock, .tnx-index) in <dir>,
+  // with O_NONBLOCK so that a FIFO put there cannot hang the open (it did,
+  // for every read-only command); anything but a regular file is refused
+  // as TNX_EIO naming it. Returns -1 with errno when it cannot be opened.
+  int open_own(const char *name, int flags, mode_t mode = 0) const {
+    const int fd = ::openat(dir_.get(), name, flags | O_NONBLOCK | O_CLOEXEC, mode);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw Error(TNX_EIO, "'" + path(name) + "' is not a regular file: move it away (the store makes a new one)");
+    }
+    return fd;
+  }
+
   void open_index() {
     const Stamp before = dir_stamp();
     if (ro_) {
-      lock_fd_ = ::openat(dir_.get(), kLockName, O_RDONLY | O_CLOEXEC);
+      lock_fd_ = open_own(kLockName, O_RDONLY);
       int others = 0;
       if (lock_fd_ >= 0) others = live_slots();
       std::unique_lock<std::shared_mutex> l(imu_);
@@ -1073,7 +1088,7 @@ class FileStore final : public toolnexus::sdk::Store {
       }
       return;
     }
-    lock_fd_ = ::openat(dir_.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    lock_fd_ = open_own(kLockName, O_RDWR | O_CREAT, 0666);
     if (lock_fd_ < 0)
       throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "' (its lock file '" + path(kLockName) +
                                "'): " + errtext(errno));
@@ -1599,7 +1614,7 @@ class FileStore final : public toolnexus::sdk::Store {
   // none or it is not an index.
   bool load_file_locked() {
     if (index_fd_ >= 0) ::close(index_fd_);
-    index_fd_ = ::openat(dir_.get(), kIndexName, (ro_ ? O_RDONLY : O_RDWR | O_APPEND) | O_CLOEXEC);
+    index_fd_ = open_own(kIndexName, ro_ ? O_RDONLY : O_RDWR | O_APPEND);
     index_ = Index();
     offset_ = 0;
     if (index_fd_ < 0) {
@@ -1683,7 +1698,7 @@ class FileStore final : public toolnexus::sdk::Store {
       if (!moved) return;
       // A compacted index replaced this file: read it from the start.
       ::close(index_fd_);
-      index_fd_ = ::openat(dir_.get(), kIndexName, (ro_ ? O_RDONLY : O_RDWR | O_APPEND) | O_CLOEXEC);
+      index_fd_ = open_own(kIndexName, ro_ ? O_RDONLY : O_RDWR | O_APPEND);
       if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
       index_ = Index();
       offset_ = 0;
@@ -1787,7 +1802,7 @@ class FileStore final : public toolnexus::sdk::Store {
       (void)::write(index_fd_, moved.data(), moved.size());  // best effort: followers also check the name
       ::close(index_fd_);
     }
-    index_fd_ = ::openat(dir_.get(), kIndexName, O_RDWR | O_APPEND | O_CLOEXEC);
+    index_fd_ = open_own(kIndexName, O_RDWR | O_APPEND);
     if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
     offset_ = data.size();
     index_.live = live;
