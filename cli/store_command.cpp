@@ -106,6 +106,19 @@ std::string printable(std::string_view s) {
 
 std::string time_text(int64_t us) { return us == kNoTime ? "-" : format_timestamp(us); }
 
+// Appends `s` to a table line as printable() shows it: a control byte in an
+// id or contextId must not start a new line or move the terminal's cursor.
+void append_printable(std::string &out, std::string_view s) {
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f) {
+      out += printable(s);
+      return;
+    }
+  }
+  out.append(s);
+}
+
 // Every record of `q` across pages, handed to `f` one at a time.
 template <class F>
 void for_each_record(TaskStore &s, ListQuery q, F &&f) {
@@ -423,9 +436,10 @@ int cmd_list(const Options &o) {
     ListPage p = s->list(q);
     for (const auto &r : p.records) {
       std::string why = r.version == 0 ? (r.problem.empty() ? std::string("unreadable") : r.problem) : "";
+      std::optional<Task> task;
       if (why.empty() && json) {
         try {
-          (void)r.task();
+          task = r.task();
         } catch (const std::exception &e) {
           why = e.what();
         }
@@ -437,15 +451,19 @@ int cmd_list(const Options &o) {
         continue;
       }
       if (json) {
-        out += r.json;
+        // One object per line: a file written by hand may span lines.
+        if (r.json.find_first_of("\r\n") == std::string::npos) out += r.json;
+        else out += task->to_json();
       } else {
-        out += r.id;
+        append_printable(out, r.id);
         out += '\t';
-        out += r.state.empty() ? "-" : r.state;
+        if (r.state.empty()) out += '-';
+        else append_printable(out, r.state);
         out += '\t';
         out += time_text(r.status_time_us);
         out += '\t';
-        out += r.context_id.empty() ? "-" : r.context_id;
+        if (r.context_id.empty()) out += '-';
+        else append_printable(out, r.context_id);
       }
       out += '\n';
       ++n;

@@ -400,3 +400,26 @@ TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in 
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("store list: control bytes in ids are escaped in the table; --json is one object per line") {
+  fs::path dir = temp_dir();
+  const std::string sel = "file:" + (dir / "tasks").string();
+  const std::string odd =
+      R"({"id":"line1\nline2\tTAB","contextId":"c\nx","status":{"state":"working","timestamp":"2026-01-01T00:00:00Z"},"kind":"task"})";
+  const std::string esc =
+      R"({"id":"esc\u001b[31mRED","contextId":"ok","status":{"state":"working","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})";
+  REQUIRE(run({"store", "put", sel, "-"}, odd + "\n" + esc + "\n").code == 0);
+  Run r = run({"store", "list", sel});
+  CHECK(r.code == 0);
+  CHECK(r.out == "esc\\x1b[31mRED\tworking\t2026-01-02T00:00:00.000000Z\tok\n"
+                 "line1\\x0aline2\\x09TAB\tworking\t2026-01-01T00:00:00.000000Z\tc\\x0ax\n");
+  // A task file written by hand over several lines is listed on one.
+  spit(dir / "tasks" / "pretty.json",
+       "{\n  \"id\": \"pretty\",\n  \"contextId\": \"c\",\n"
+       "  \"status\": {\"state\": \"working\", \"timestamp\": \"2026-01-03T00:00:00Z\"},\n  \"kind\": \"task\"\n}\n");
+  r = run({"store", "list", sel, "--json"});
+  CHECK(r.code == 0);
+  CHECK(r.out == std::string(R"({"id":"pretty","contextId":"c","status":{"state":"working","timestamp":"2026-01-03T00:00:00Z"},"kind":"task"})") +
+                     "\n" + R"({"id":"esc\u001B[31mRED","contextId":"ok","status":{"state":"working","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})" +
+                     "\n" + odd + "\n");
+}
