@@ -440,3 +440,25 @@ TEST_CASE("server-private metadata is in the store and in no view") {
     CHECK(b.find(R"("metadata":{"team":"ops"})") != std::string::npos);
   }
 }
+
+TEST_CASE("v1.0 timestamps are right before 1582 and 1970 too (milliseconds, floored)") {
+  auto server = serve_agent("echo");
+  Client c(server.url());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"0001-01-01T00:00:00.5Z", "0001-01-01T00:00:00.500Z"},
+      {"1000-01-01T12:34:56.789999Z", "1000-01-01T12:34:56.789Z"},
+      {"1500-06-15T23:59:59.9999Z", "1500-06-15T23:59:59.999Z"},
+      {"1969-12-31T23:59:59.9999Z", "1969-12-31T23:59:59.999Z"},
+      {"2026-03-12T10:00:00.123456+01:00", "2026-03-12T09:00:00.123Z"},
+  };
+  int n = 0;
+  for (const auto &[stored, shown] : cases) {
+    CAPTURE(stored);
+    const std::string id = "old-" + std::to_string(++n);
+    server.store()->save(toolnexus::Task::parse(R"({"id":")" + id + R"(","contextId":"c","status":{"state":"completed","timestamp":")" +
+                                                stored + R"("},"kind":"task"})"));
+    auto d = call_v1(c, "GetTask", R"({"id":)" + q(id) + "}");
+    REQUIRE(d.HasMember("result"));
+    CHECK(std::string(d["result"]["status"]["timestamp"].GetString()) == shown);
+  }
+}

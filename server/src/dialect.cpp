@@ -5,8 +5,6 @@
 #include "toolnexus/task.hpp"
 #include "util.hpp"
 
-#include <Poco/DateTimeFormatter.h>
-#include <Poco/Timestamp.h>
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
 
@@ -538,10 +536,15 @@ std::optional<std::string> state_from_any(std::string_view s) {
 std::string timestamp_to_v1(std::string_view stored) {
   int64_t us = 0;
   if (!parse_timestamp(stored, us)) return std::string(stored);
-  // Floor to the millisecond, also before 1970.
+  // Floor to the millisecond, also before 1970; then the first 23
+  // characters of the RFC 3339 microsecond form. (Poco's formatter wrote
+  // "0001-01-01T-23:-59:-59.-500Z" for times before 1582-10-15.)
   const int64_t ms = us >= 0 ? us / 1000 : -((-us + 999) / 1000);
-  return Poco::DateTimeFormatter::format(Poco::Timestamp(static_cast<Poco::Timestamp::TimeVal>(ms * 1000)),
-                                         "%Y-%m-%dT%H:%M:%S.%iZ");
+  std::string text = format_timestamp(ms * 1000);
+  if (text.size() != 27) return std::string(stored);  // a year outside 0000..9999: no RFC 3339 form
+  text.resize(23);
+  text += 'Z';
+  return text;
 }
 
 void write_task(JsonWriter &w, const rapidjson::Value &task, Dialect d, const TaskView &view) {
