@@ -1470,3 +1470,66 @@ TEST_CASE("a FIFO in place of .tnx-index or .tnx-lock is refused at open, naming
     }
   }
 }
+
+TEST_CASE("index compaction: a grown index is rewritten; a second open store follows; versions, tombstones, order kept") {
+  TempDir t;
+  // A 16 KiB contextId makes every index record ~16 KiB, so that a few
+  // hundred saves grow .tnx-index past the 8 MiB at which it is rewritten.
+  const std::string ctx(16 * 1024, 'c');
+  const fs::path index = t / ".tnx-index";
+  Store a(t.path);
+  Store b(t.path);  // another open store: reads the old file until it says "moved"
+  for (int i = 0; i < 3; ++i) REQUIRE(a.save(task("gone", 1, "working", "", ctx)).rc == TNX_OK);
+  REQUIRE(a.del("gone").rc == TNX_OK);  // its last version, 3, lives on as a tombstone
+  std::map<std::string, uint64_t> version;
+  uintmax_t size = fs::file_size(index), peak = size;
+  bool rewritten = false;
+  int round = 0;
+  for (; round < 1000 && !rewritten; ++round) {
+    for (int k = 0; k < 5; ++k) {
+      const std::string id = "t" + std::to_string(k);
+      Result r = a.save(task(id, 10 * round + k, round % 2 ? "working" : "completed", "", ctx));
+      REQUIRE(r.rc == TNX_OK);
+      version[id] = r.version;
+      const uintmax_t now = fs::file_size(index);
+      if (now < size) rewritten = true;
+      size = now;
+      if (size > peak) peak = size;
+    }
+  }
+  REQUIRE(rewritten);
+  CHECK(peak > (7u << 20));  // the save that passed 8 MiB rewrote it at once
+  CHECK(size < (1u << 20));  // five live Tasks and a tombstone, not the history
+  const int last = round - 1;
+  // The follower sees every Task at its newest version, in list order
+  // (newest status time first: t4 of the last round first).
+  auto check = [&](Store &s) {
+    std::vector<Rec> all = s.list_all(2);
+    REQUIRE(all.size() == 5);
+    for (int k = 0; k < 5; ++k) {
+      const Rec &r = all[static_cast<size_t>(k)];
+      const std::string id = "t" + std::to_string(4 - k);
+      CHECK(r.id == id);
+      CHECK(r.version == version[id]);
+      CHECK(r.time_us == kJan1 + int64_t(10 * last + 4 - k) * 1000000);
+      CHECK(r.context_id == ctx);
+      CHECK(s.get(id).rec.version == version[id]);
+    }
+  };
+  check(b);
+  // Saves through the follower continue the versions.
+  Result r = b.save(task("t0", 10 * last, "completed", "x", ctx), version["t0"]);
+  REQUIRE(r.rc == TNX_OK);
+  CHECK(r.version == version["t0"] + 1);
+  version["t0"] = r.version;
+  check(a);
+  // A fresh read-only open reads the rewritten file as it is.
+  {
+    Store ro(t.path, TNX_OPEN_READ_ONLY);
+    check(ro);
+  }
+  // The tombstone survived the rewrite: "gone" comes back above version 3.
+  Result back = a.save(task("gone", 1, "working", "", ctx), 0);
+  REQUIRE(back.rc == TNX_OK);
+  CHECK(back.version == 4);
+}

@@ -108,7 +108,7 @@ class PluginStore final : public TaskStore {
     cq.omit_json = q.omit_json ? 1u : 0u;
     cq.deliver_corrupt = q.deliver_corrupt ? 1u : 0u;
     ListCtx ctx;
-    ctx.page.records.reserve(q.page_size < 64 ? q.page_size : 64);
+    ctx.page.records.reserve(q.page_size < 512 ? q.page_size : 512);
     char err[kErrCap] = {0};
     tnx_status rc;
     {
