@@ -473,6 +473,9 @@ int run_serve(int argc, char **argv) {
   PluginRegistry &registry = PluginRegistry::global();
   for (const std::string &d : plugin_dirs) registry.add_directory(d);
   if (allow_insecure) registry.allow_insecure(true);
+  // Every plugin now, not only the store's (open() stops at the scheme's):
+  // the server warns at start about each file it refused.
+  registry.load();
 
   // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit
   // this mask) and taken with sigwait() below.

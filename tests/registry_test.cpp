@@ -385,3 +385,42 @@ TEST_CASE("guard rails: only *.so files directly inside are considered") {
   CHECK_FALSE(has_scheme(*r, "fixture"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("open() loads plugins in search order only until one serves the scheme; the answer is a full load's") {
+  auto lazy = [](std::initializer_list<fs::path> dirs) {
+    auto r = std::make_unique<PluginRegistry>();
+    r->use_environment(false);
+    r->use_default_directory(false);
+    for (const auto &d : dirs) r->add_directory(d);
+    return r;  // nothing loaded yet
+  };
+  // "fixture" is served from the first directory: the refused file of the
+  // second is not even opened.
+  auto r = lazy({kFixtures / "good", kFixtures / "wrong_major"});
+  auto s = resolve_store("fixture:x", *r);
+  CHECK(s->info().plugin_name == "fixture");
+  CHECK(r->failures().empty());
+  CHECK(r->plugins().size() == 1);
+  // load() then finishes the scan: the refusal is reported as before.
+  r->load();
+  REQUIRE(r->failures().size() == 1);
+  CHECK(r->failures()[0].path.find("libfixture_wrong_major.so") != std::string::npos);
+  // A scheme nobody serves scans everything before saying so, naming the
+  // schemes of every plugin and keeping every refusal.
+  auto u = lazy({kFixtures / "wrong_major", kFixtures / "good", kFixtures / "v1_0"});
+  const std::string msg = exception_text([&] { resolve_store("nosuch:x", *u); });
+  CHECK(msg.find("no plugin serves 'nosuch'") != std::string::npos);
+  CHECK(msg.find("fixture") != std::string::npos);
+  CHECK(msg.find("oldabi") != std::string::npos);
+  CHECK(u->failures().size() == 1);
+  // Two plugins claiming "memory": the first in search order serves it,
+  // exactly as after a full load (the later one is not loaded at all).
+  auto m = lazy({kPlugins, kFixtures / "dup_scheme"});
+  auto ms = resolve_store("memory", *m);
+  CHECK(ms->info().plugin_path.find("libtnx_memory.so") != std::string::npos);
+  CHECK(failure_for(*m, "libfixture_dup_scheme.so").empty());
+  m->load();
+  CHECK(failure_for(*m, "libfixture_dup_scheme.so").find("scheme 'memory' is already served by") !=
+        std::string::npos);
+  CHECK(resolve_store("memory", *m)->info().plugin_path.find("libtnx_memory.so") != std::string::npos);
+}

@@ -123,7 +123,10 @@ class PluginRegistry {
   std::vector<std::string> schemes() const;
 
   /// Opens a store for "<scheme>:<location>" from the plugin serving the
-  /// scheme (loading plugins first if needed), as `options` say.
+  /// scheme, as `options` say. Loads plugins in search-path order only until
+  /// one serves the scheme (the first one to claim a scheme keeps it, so
+  /// the result is what a full load() gives); failures() then holds the
+  /// files refused so far. An unknown scheme loads every plugin first.
   /// Throws std::invalid_argument when no plugin serves the scheme (message
   /// quotes the selector and lists the schemes available) and StoreError
   /// when the plugin refuses to open (message names plugin and reason;
