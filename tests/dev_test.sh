@@ -48,7 +48,7 @@ run_dev() { # ARGS...
 }
 installs() { sed -n 's/^apt-get install -y -q --no-install-recommends //p' "$log"; }
 
-serve_pkgs="g++ cmake ninja-build pkg-config libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev"
+serve_pkgs="g++ cmake ninja-build pkg-config libisal-dev libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev"
 test_pkgs="binutils doctest-dev sqlite3 postgresql curl python3"
 
 # 1. serve on a fresh machine.
