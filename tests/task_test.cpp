@@ -123,6 +123,16 @@ TEST_CASE("RFC 3339 timestamps") {
   CHECK(format_timestamp(951825600000000LL) == "2000-02-29T12:00:00.000000Z");   // 400-year leap day
   CHECK(format_timestamp(253402300799999999LL) == "9999-12-31T23:59:59.999999Z");
   CHECK(format_timestamp(-62135596800000000LL) == "0001-01-01T00:00:00.000000Z");
+  // Year 0000 is RFC 3339; the years around it are not, yet parse_timestamp
+  // reaches them through an offset: ECMAScript's expanded years, sign and six
+  // digits (Poco's formatter wrote "-001-12-31T-23:-00:-00.000000Z" here).
+  CHECK(format_timestamp(-62167219200000000LL) == "0000-01-01T00:00:00.000000Z");
+  REQUIRE(parse_timestamp("0000-01-01T00:00:00+01:00", us));
+  CHECK(format_timestamp(us) == "-000001-12-31T23:00:00.000000Z");
+  REQUIRE(parse_timestamp("9999-12-31T23:30:00.5-01:00", us));
+  CHECK(format_timestamp(us) == "+010000-01-01T00:30:00.500000Z");
+  CHECK(format_timestamp(INT64_MIN) == "-290308-12-21T19:59:05.224192Z");
+  CHECK(format_timestamp(INT64_MAX) == "+294247-01-10T04:00:54.775807Z");
 }
 
 TEST_CASE("format_timestamp and parse_timestamp round-trip over years 0001..9999") {

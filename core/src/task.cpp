@@ -5,7 +5,6 @@
 
 #include <Poco/DateTime.h>
 #include <Poco/DateTimeFormat.h>
-#include <Poco/DateTimeFormatter.h>
 #include <Poco/DateTimeParser.h>
 #include <Poco/Exception.h>
 #include <Poco/Timestamp.h>
@@ -218,7 +217,9 @@ std::string format_timestamp(int64_t time_us) {
   // digits are written here. Poco's DateTimeFormatter took ~2,700
   // instructions a call (a floating-point Julian day and a format-string
   // interpreter), a fifth of `toolnexus store list` at 50,000 Tasks. Years
-  // outside 0000..9999 (not RFC 3339) keep Poco's rendering.
+  // outside 0000..9999 (no RFC 3339 form; "0000-01-01T00:00:00+01:00" is
+  // one, in UTC) are written as ECMAScript's expanded years, sign and six
+  // digits ("-000001-12-31T23:00:00.000000Z"), which Date.parse reads.
   int64_t secs = time_us / 1000000;
   int64_t micros = time_us % 1000000;
   if (micros < 0) {
@@ -233,39 +234,49 @@ std::string format_timestamp(int64_t time_us) {
   }
   thread_local int64_t cached_day = INT64_MIN;
   thread_local bool cached_ok = false;
-  thread_local char cached_date[10];
+  thread_local char cached_date[13];  // YYYY-MM-DD or ±YYYYYY-MM-DD
+  thread_local size_t cached_len = 0;
   auto put = [](char *out, int width, int64_t v) {
     for (int i = width - 1; i >= 0; --i, v /= 10) out[i] = static_cast<char>('0' + v % 10);
   };
   if (day != cached_day) {
     const std::time_t t = static_cast<std::time_t>(day * 86400);
     std::tm tm{};
-    cached_ok = ::gmtime_r(&t, &tm) != nullptr && tm.tm_year >= -1900 && tm.tm_year <= 9999 - 1900;
+    // int64 microseconds span +-292,277 years: gmtime_r always answers.
+    cached_ok = ::gmtime_r(&t, &tm) != nullptr;
     if (cached_ok) {
-      put(cached_date, 4, tm.tm_year + 1900);
-      cached_date[4] = '-';
-      put(cached_date + 5, 2, tm.tm_mon + 1);
-      cached_date[7] = '-';
-      put(cached_date + 8, 2, tm.tm_mday);
+      const int64_t year = int64_t{tm.tm_year} + 1900;
+      char *d = cached_date;
+      if (year >= 0 && year <= 9999) {
+        put(d, 4, year);
+        d += 4;
+      } else {
+        *d++ = year < 0 ? '-' : '+';
+        put(d, 6, year < 0 ? -year : year);
+        d += 6;
+      }
+      *d++ = '-';
+      put(d, 2, tm.tm_mon + 1);
+      d[2] = '-';
+      put(d + 3, 2, tm.tm_mday);
+      cached_len = static_cast<size_t>(d + 5 - cached_date);
     }
     cached_day = day;
   }
-  if (!cached_ok) {
-    Poco::Timestamp ts(static_cast<Poco::Timestamp::TimeVal>(time_us));
-    return Poco::DateTimeFormatter::format(ts, "%Y-%m-%dT%H:%M:%S.%FZ");
-  }
-  char out[27];  // YYYY-MM-DDTHH:MM:SS.ffffffZ
-  std::memcpy(out, cached_date, sizeof cached_date);
-  out[10] = 'T';
-  put(out + 11, 2, sod / 3600);
-  out[13] = ':';
-  put(out + 14, 2, sod / 60 % 60);
-  out[16] = ':';
-  put(out + 17, 2, sod % 60);
-  out[19] = '.';
-  put(out + 20, 6, micros);
-  out[26] = 'Z';
-  return std::string(out, sizeof out);
+  if (!cached_ok) return std::to_string(time_us) + "us";  // not reached: see above
+  char out[30];  // YYYY-MM-DDTHH:MM:SS.ffffffZ, or with a ±YYYYYY year
+  std::memcpy(out, cached_date, cached_len);
+  char *o = out + cached_len;
+  o[0] = 'T';
+  put(o + 1, 2, sod / 3600);
+  o[3] = ':';
+  put(o + 4, 2, sod / 60 % 60);
+  o[6] = ':';
+  put(o + 7, 2, sod % 60);
+  o[9] = '.';
+  put(o + 10, 6, micros);
+  o[16] = 'Z';
+  return std::string(out, cached_len + 17);
 }
 
 bool parse_timestamp(std::string_view text, int64_t &time_us) noexcept {

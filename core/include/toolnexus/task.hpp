@@ -135,7 +135,10 @@ struct TaskRecord {
 int64_t now_us() noexcept;
 
 /// Formats microseconds since the epoch as RFC 3339 UTC with microseconds:
-/// "2026-11-29T20:58:33.123456Z".
+/// "2026-11-29T20:58:33.123456Z" (27 characters) for years 0000..9999; other
+/// years (which RFC 3339 cannot write) as ECMAScript's expanded years, sign
+/// and six digits: "-000001-12-31T23:00:00.000000Z" (30 characters). Never
+/// throws except std::bad_alloc; thread-safe (a per-thread day cache).
 std::string format_timestamp(int64_t time_us);
 
 /// Parses an ISO 8601 / RFC 3339 time ("2026-11-29T20:58:33Z",
