@@ -773,30 +773,24 @@ struct Stamp {
   }
 };
 
-// The index fields of one task file, as views (into an IEntry, an index
-// slot or an index record being read). A corrupt one has no fields (time
-// TNX_TIME_NONE) and the reason in `problem`.
-struct EntryView {
-  std::string_view context_id, state, owner, tenant;
+// The index fields of one task file. A corrupt one has no fields (time
+// TNX_TIME_NONE) and the reason in `problem`. EntryView views them (in an
+// IEntry, an index slot or an index record being read); IEntry owns them:
+// what is built before it goes into the index, and a copy taken out of it
+// to use without its lock.
+template <class Str>
+struct EntryFields {
+  Str context_id, state, owner, tenant;
   int64_t time_us = TNX_TIME_NONE;
   uint64_t version = 0;
   FileId file;
   bool corrupt = false;
   bool unreadable = false;  // corrupt because it cannot be read (TNX_EIO), not decoded
-  std::string_view problem;
+  Str problem;
 };
+using EntryView = EntryFields<std::string_view>;
 
-// One indexed task file, owning its fields: what is built before it goes
-// into the index, and a copy taken out of it to use without its lock.
-struct IEntry {
-  std::string context_id, state, owner, tenant;
-  int64_t time_us = TNX_TIME_NONE;
-  uint64_t version = 0;
-  FileId file;
-  bool corrupt = false;
-  bool unreadable = false;
-  std::string problem;
-
+struct IEntry : EntryFields<std::string> {
   EntryView view() const noexcept {
     return EntryView{context_id, state, owner, tenant, time_us, version, file, corrupt, unreadable, problem};
   }
