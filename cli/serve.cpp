@@ -60,7 +60,8 @@ options (flags override the config file):
                            url follows them (off: they are ignored)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
-  --workers N              executor threads (default 4)
+  --workers N              executor threads (default 64 on a durable store,
+                           whose runs wait for the disk; 4 on memory)
   --max-connections N      connections served at once (default 128)
   --max-body BYTES         largest request body (default 1048576)
   --max-depth N            deepest JSON nesting accepted (default 64)
@@ -103,7 +104,7 @@ config file:
            "provider": {"organization": "...", "url": "..."},
            "documentation_url": "...", "public_url": "...",
            "allowed_hosts": ["agents.example.com"], "trust_forwarded": false},
-   "auth_tokens": "tokens.json", "log_level": "info", "workers": 4,
+   "auth_tokens": "tokens.json", "log_level": "info", "workers": 64,
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
               "keep_alive_timeout_ms": 10000, "header_timeout_ms": 10000,

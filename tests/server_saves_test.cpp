@@ -22,8 +22,11 @@ class CountingStore final : public toolnexus::TaskStore {
   toolnexus::StoreInfo info() const override {
     toolnexus::StoreInfo i = inner_->info();
     i.scheme = "counting";
+    if (durable) i.capabilities |= TNX_CAP_DURABLE | TNX_CAP_PERSISTENT;
     return i;
   }
+  explicit CountingStore(bool durable_ = false) : durable(durable_) {}
+  const bool durable;  // says TNX_CAP_DURABLE, as file:, sqlite: and postgres do
   std::atomic<int> saves{0};
   std::atomic<bool> fail{false};
 
@@ -68,11 +71,11 @@ struct Gated final : toolnexus::AgentExecutor {
 };
 
 struct Fixture {
-  std::shared_ptr<CountingStore> store = std::make_shared<CountingStore>();
+  std::shared_ptr<CountingStore> store;
   std::shared_ptr<Gated> agent = std::make_shared<Gated>();
   toolnexus::ServerHandle server;
-  explicit Fixture(int blocking_timeout_ms = 60000)
-      : server([&] {
+  explicit Fixture(int blocking_timeout_ms = 60000, bool durable = false)
+      : store(std::make_shared<CountingStore>(durable)), server([&] {
           auto o = test_options();
           o.store = store;
           o.executor = agent;
@@ -164,4 +167,23 @@ TEST_CASE("a blocking SendMessage that stops waiting before its Task settles sav
   CHECK(rec->state == std::string(d["result"]["status"]["state"].GetString()));
   f.agent->hold = false;
   CHECK(state_of(c.wait_settled(id)) == "completed");
+}
+
+TEST_CASE("by default a durable store gets 64 executor threads (saves in flight share fsyncs), memory 4") {
+  // Runs that wait (here on a gate, on a durable store on the disk) hold a
+  // worker each: how many run at once is how many workers there are.
+  for (const bool durable : {false, true}) {
+    CAPTURE(durable);
+    Fixture f(60000, durable);
+    f.agent->hold = true;
+    Client c(f.server.url());
+    std::vector<std::string> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(task_id(c.send("wait " + std::to_string(i))));  // non-blocking
+    const int want = durable ? 40 : 4;
+    CHECK(eventually([&] { return f.agent->entered.load() == want; }, 5000ms));
+    std::this_thread::sleep_for(200ms);
+    CHECK(f.agent->entered.load() == want);  // and no more
+    f.agent->hold = false;
+    for (const auto &id : ids) CHECK(state_of(c.wait_settled(id)) == "completed");
+  }
 }

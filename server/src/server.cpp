@@ -33,6 +33,16 @@ using namespace server_detail;
 
 const char *server_version() noexcept { return TOOLNEXUS_VERSION; }
 
+namespace {
+// Executor threads when ServerOptions::workers is 0. On a durable store
+// (TNX_CAP_DURABLE) an executor spends most of a short run waiting for its
+// save to reach the disk, so the workers bound the saves in flight, and with
+// them group commit: 64 let 64 blocking SendMessage clients share fsyncs
+// (file: 1,552 -> 3,308 req/s, sqlite: 3,010 -> 4,969 on a journaled ext4);
+// 4 serve a memory store, whose runs use the CPU.
+unsigned default_workers(const StoreInfo &info) { return (info.capabilities & TNX_CAP_DURABLE) != 0 ? 64 : 4; }
+}  // namespace
+
 struct ServerHandle::Impl {
   std::unique_ptr<Logger> log;
   std::shared_ptr<TaskStore> store;
@@ -173,7 +183,7 @@ ServerHandle serve(ServerOptions o) {
   impl->card.bearer_auth = impl->auth->enabled();
 
   LifecycleOptions lo;
-  lo.workers = o.workers == 0 ? 4 : o.workers;
+  lo.workers = o.workers != 0 ? o.workers : default_workers(impl->store->info());
   lo.max_queued_tasks = l.max_queued_tasks;
   lo.queue_wait_ms = l.queue_wait_ms;
   lo.lease_ms = o.lease.lease_ms;

@@ -274,7 +274,10 @@ struct ServerOptions {
   /// Bearer tokens -> principal names. Empty = authentication off (every
   /// caller is the anonymous principal ""). See load_auth_tokens().
   std::map<std::string, std::string> auth_tokens;
-  /// Worker threads running executors (0 = 4).
+  /// Worker threads running executors. 0 = by the store: 64 on a store with
+  /// TNX_CAP_DURABLE (file:, sqlite:, postgres), whose executors mostly
+  /// wait for their saves to reach the disk, so the workers bound the saves
+  /// in flight that can share one fsync; 4 otherwise (memory).
   unsigned workers = 0;
   /// Streams.
   StreamOptions streams;
