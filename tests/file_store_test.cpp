@@ -1569,3 +1569,90 @@ TEST_CASE(".tnx-index records carry zlib's CRC-32: indexes of older and newer bu
   check.update("123456789", 9);
   CHECK(check.checksum() == 0xCBF43926u);
 }
+
+TEST_CASE("versions never go back when the index is lost: deleted, emptied or with a damaged header") {
+  for (const std::string how : {"deleted", "emptied", "damaged header"}) {
+    CAPTURE(how);
+    TempDir t;
+    uint64_t v = 0;
+    {
+      Store s(t.path);
+      for (int i = 0; i < 3; ++i) {
+        Result r = s.save(task("t1", i, "working", std::to_string(i)));
+        REQUIRE(r.rc == TNX_OK);
+        v = r.version;
+      }
+    }
+    REQUIRE(v == 3);
+    if (how == "deleted") fs::remove(t / ".tnx-index");
+    if (how == "emptied") fs::resize_file(t / ".tnx-index", 0);
+    if (how == "damaged header") {
+      std::string b = slurp(t / ".tnx-index");
+      b[6] = static_cast<char>(b[6] ^ 0x55);
+      write_file(t / ".tnx-index", b);
+    }
+    {
+      Store ro(t.path, TNX_OPEN_READ_ONLY);  // rebuilt in memory only: above what was handed out, too
+      CHECK(ro.get("t1").rec.version > v);
+    }
+    Store s(t.path);
+    const uint64_t now = s.get("t1").rec.version;
+    CHECK(now > v);
+    // A client holding a version from before the loss is refused, whatever it held.
+    for (uint64_t stale = 1; stale <= v; ++stale) CHECK(s.save(task("t1", 9, "completed", "stale"), stale).rc == TNX_ECONFLICT);
+    CHECK(s.get("t1").rec.json == task("t1", 2, "working", "2").json);
+    Result r = s.save(task("t1", 9, "completed", "fresh"), now);
+    CHECK(r.rc == TNX_OK);
+    CHECK(r.version == now + 1);
+  }
+  // A directory no toolnexus store opened (the seed's: no .tnx-lock) starts at 1.
+  TempDir seed;
+  write_file(seed / "s1.json", task("s1", 1).json);
+  Store s(seed.path);
+  CHECK(s.get("s1").rec.version == 1);
+}
+
+TEST_CASE("an index of large entries or of tombstones is not rewritten on every save") {
+  TempDir t;
+  Store s(t.path);
+  const std::string ctx(1 << 20, 'x');  // 1 MiB contextIds: an index past 8 MiB of live entries
+  for (int i = 0; i < 10; ++i) REQUIRE(s.save(task("big" + std::to_string(i), i, "working", "", ctx)).rc == TNX_OK);
+  struct stat st {};
+  REQUIRE(::stat((t / ".tnx-index").c_str(), &st) == 0);
+  REQUIRE(st.st_size > (8 << 20));
+  const ino_t ino = st.st_ino;
+  for (int i = 0; i < 20; ++i) REQUIRE(s.save(task("small" + std::to_string(i), 100 + i)).rc == TNX_OK);
+  REQUIRE(::stat((t / ".tnx-index").c_str(), &st) == 0);
+  CHECK(st.st_ino == ino);  // the same file, appended to: no rewrite
+  CHECK(s.list_all().size() == 30);
+}
+
+TEST_CASE("a symlink as .tnx-index or .tnx-index.new never makes the store write elsewhere") {
+  TempDir t, outside;
+  const std::string victim = outside / "victim";
+  write_file(victim, "precious\n");
+  {
+    Store s(t.path);
+    REQUIRE(s.save(task("a", 1)).rc == TNX_OK);
+  }
+  // .tnx-index.new (the file a rewrite of the index is written to).
+  fs::remove(t / ".tnx-index");
+  fs::create_symlink(victim, t / ".tnx-index.new");
+  {
+    Store s(t.path);  // rebuilds the index and writes it anew
+    CHECK(s.get("a").rc == TNX_OK);
+  }
+  CHECK(slurp(victim) == "precious\n");
+  CHECK(fs::is_regular_file(fs::symlink_status(t / ".tnx-index")));
+  // .tnx-index itself: refused at open, naming it, and nothing written.
+  fs::remove(t / ".tnx-index");
+  fs::create_symlink(victim, t / ".tnx-index");
+  for (const uint32_t flags : {0u, uint32_t(TNX_OPEN_READ_ONLY)}) {
+    tnx_store *h = nullptr;
+    Result r = Store::open_raw(t.path, &h, flags);
+    CHECK(r.rc == TNX_EIO);
+    CHECK_MESSAGE(r.err.find(".tnx-index' is a symbolic link") != std::string::npos, r.err);
+    if (h != nullptr) plugin()->vtable->close(h, nullptr, 0);
+  }
+  CHECK(slurp(victim) == "precious\n");
+}

@@ -116,8 +116,11 @@
 // only with the version whose entry names that very file, else re-checks
 // under the id's lock: never old bytes with a newer version.
 // When the index cannot be trusted at open (see below) and is rebuilt, the
-// epoch is raised: versions handed out from then on are above 2^32 x epoch,
-// so a version lost with the index's tail in a crash is never given again.
+// epoch is raised to at least the seconds since 2000-01-01 (and above the
+// last one): versions handed out from then on are above 2^32 x epoch, so a
+// version lost with the index's tail in a crash, or with the whole index
+// (deleted, emptied), is never given again. Only a directory no toolnexus
+// store opened before (no .tnx-lock: the seed's) starts at epoch 0.
 //
 // Trusting the index at open: with other processes open (process slots
 // held), when its open/close records match their number; alone, when the
@@ -179,6 +182,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <memory_resource>
 #include <new>
@@ -773,6 +777,13 @@ struct Stamp {
   }
 };
 
+// The epoch of a rebuild: seconds since 2000-01-01T00:00:00Z (at least 1).
+// Versions are epoch * 2^32 + n, so this lasts until 2136.
+uint64_t clock_epoch() noexcept {
+  const int64_t s = static_cast<int64_t>(::time(nullptr)) - 946684800;
+  return s > 0 ? static_cast<uint64_t>(s) : 1;
+}
+
 // The index fields of one task file. A corrupt one has no fields (time
 // TNX_TIME_NONE) and the reason in `problem`. EntryView views them (in an
 // IEntry, an index slot or an index record being read); IEntry owns them:
@@ -956,6 +967,11 @@ struct Index {
   toolnexus::plugins::TaskCounts counts;
   bool counts_ready = false;
   std::unordered_map<std::string, uint64_t> tombs;  // last version of each deleted key
+  // The bytes a compacted .tnx-index takes for `entries` and `tombs` (what
+  // compaction compares the file with: estimating 128 bytes an entry made
+  // an index of large entries, or of tombstones, rewrite itself on every
+  // save).
+  uint64_t live_bytes = 0;
   uint64_t epoch = 0;
   int64_t live = 0;  // processes that appended OPEN and not CLOSE, since RESET
   bool last_is_close = false, last_close_was_last = false;
@@ -1013,6 +1029,7 @@ struct Index {
     }
     char *old = it->second.text;
     const size_t old_size = it->second.text_size();
+    live_bytes -= record_bytes(it->second);
     entries.erase(it);
     free_text(old, old_size);
   }
@@ -1042,6 +1059,7 @@ struct Index {
         order.erase(okey(*it, it->second.time_us));
         if (counts_ready && !it->second.corrupt) count(it->second, -1);
       }
+      live_bytes -= record_bytes(it->second);
       // The node's key views the old text: give it the new one.
       auto nh = entries.extract(it);
       free_text(nh.mapped().text, nh.mapped().text_size());
@@ -1049,8 +1067,9 @@ struct Index {
       nh.mapped() = s;
       it = entries.insert(std::move(nh)).position;
     } else if (!tombs.empty()) {
-      tombs.erase(std::string(key));
+      untomb(key);
     }
+    live_bytes += record_bytes(s);
     if (!bulk) {
       order.insert(okey(*it, s.time_us));
       if (counts_ready && !s.corrupt) count(s, +1);
@@ -1071,8 +1090,7 @@ struct Index {
   void remove(std::string_view key) {
     const Slot *s = find(key);
     if (s == nullptr) return;
-    uint64_t &t = tombs[std::string(key)];
-    if (s->version > t) t = s->version;
+    tomb(key, s->version);
     erase(key);
   }
 
@@ -1113,8 +1131,7 @@ struct Index {
         const uint64_t v = r.u64();
         if (!r.ok()) return false;
         remove(key);
-        uint64_t &t = tombs[key];
-        if (v > t) t = v;
+        tomb(key, v);
         return true;
       }
       case kRecEpoch: {
@@ -1160,6 +1177,19 @@ struct Index {
   }
 
  private:
+  // What the record of `s` (a task record) or of a tombstone of `key` (a
+  // delete record) takes in .tnx-index: framing 8, type 1, then the fields.
+  static uint64_t record_bytes(const Slot &s) noexcept { return 8 + 1 + 6 * 4 + 5 * 8 + 1 + s.text_size(); }
+  static uint64_t tomb_bytes(std::string_view key) noexcept { return 8 + 1 + 4 + key.size() + 8; }
+  // Keeps `v` as the last version of deleted `key` (the larger one wins).
+  void tomb(std::string_view key, uint64_t v) {
+    auto [t, fresh] = tombs.try_emplace(std::string(key), v);
+    if (fresh) live_bytes += tomb_bytes(key);
+    else if (v > t->second) t->second = v;
+  }
+  void untomb(std::string_view key) {
+    if (tombs.erase(std::string(key)) != 0) live_bytes -= tomb_bytes(key);
+  }
   void count(const Slot &s, int64_t delta) {
     const EntryView v = s.view();
     counts.add(v.context_id, v.state, v.owner, v.tenant, delta);
@@ -1253,11 +1283,19 @@ class FileStore final : public toolnexus::sdk::Store {
   // trusted (or none) is rebuilt in memory only.
   // Opens the store's own file `name` (.tnx-lock, .tnx-index) in <dir>,
   // with O_NONBLOCK so that a FIFO put there cannot hang the open (it did,
-  // for every read-only command); anything but a regular file is refused
-  // as TNX_EIO naming it. Returns -1 with errno when it cannot be opened.
+  // for every read-only command) and O_NOFOLLOW so that a symlink put there
+  // cannot make the store append to (or lock) a file elsewhere, as root
+  // perhaps (a hard link needs write access to its target already, under
+  // Linux's protected_hardlinks). Anything but a regular file is refused as
+  // TNX_EIO naming it. Returns -1 with errno when it cannot be opened.
   int open_own(const char *name, int flags, mode_t mode = 0) const {
-    const int fd = ::openat(dir_.get(), name, flags | O_NONBLOCK | O_CLOEXEC, mode);
-    if (fd < 0) return -1;
+    const int fd = ::openat(dir_.get(), name, flags | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0) {
+      if (errno == ELOOP)
+        throw Error(TNX_EIO, "'" + path(name) + "' is a symbolic link: refused (the store never follows one for "
+                                                "its own files); move it away (the store makes a new one)");
+      return -1;
+    }
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
@@ -1266,27 +1304,43 @@ class FileStore final : public toolnexus::sdk::Store {
     return fd;
   }
 
+  // The directory's stamp is taken under the index lock (shared for a
+  // read-only open), so that it and the index describe one moment: taken
+  // before waiting for the lock, a process that saved and closed meanwhile
+  // made the stamp disagree with its close record, and a sound index was
+  // rebuilt with a new epoch (found by a fresh-user pass).
   void open_index() {
-    const Stamp before = dir_stamp();
     if (ro_) {
       lock_fd_ = open_own(kLockName, O_RDONLY);
+      indexed_before_ = lock_fd_ >= 0;
       int others = 0;
-      if (lock_fd_ >= 0) others = live_slots();
-      std::unique_lock<std::shared_mutex> l(imu_);
-      const bool loaded = lock_fd_ >= 0 && load_file_locked();
-      if (!(loaded && trusted(before, others))) {
-        if (index_fd_ >= 0) ::close(index_fd_);
-        index_fd_ = -1;  // a snapshot of the directory, not followed
-        rebuild_locked(loaded, nullptr);
+      if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_RDLCK, kIndexLockByte, true, path(kLockName));
+      try {
+        const Stamp now = dir_stamp();
+        if (lock_fd_ >= 0) others = live_slots();
+        std::unique_lock<std::shared_mutex> l(imu_);
+        const bool loaded = lock_fd_ >= 0 && load_file_locked();
+        if (!(loaded && trusted(now, others))) {
+          if (index_fd_ >= 0) ::close(index_fd_);
+          index_fd_ = -1;  // a snapshot of the directory, not followed
+          rebuild_locked(loaded, nullptr);
+        }
+      } catch (...) {
+        if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_UNLCK, kIndexLockByte, true, path(kLockName));
+        throw;
       }
+      if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_UNLCK, kIndexLockByte, true, path(kLockName));
       return;
     }
+    struct stat lst;
+    indexed_before_ = ::fstatat(dir_.get(), kLockName, &lst, AT_SYMLINK_NOFOLLOW) == 0;
     lock_fd_ = open_own(kLockName, O_RDWR | O_CREAT, 0666);
     if (lock_fd_ < 0)
       throw Error(TNX_EIO, "file: cannot create task files in '" + path_ + "' (its lock file '" + path(kLockName) +
                                "'): " + errtext(errno));
     std::lock_guard<std::mutex> am(append_mu_);
     IndexLock il(*this);
+    const Stamp before = dir_stamp();
     const int others = live_slots();
     for (int k = 0; k < kProcessSlots && my_slot_ < 0; ++k)
       if (ofd_lock(lock_fd_, F_WRLCK, kProcessSlotBase + k, false, path(kLockName))) my_slot_ = k;
@@ -1968,7 +2022,7 @@ class FileStore final : public toolnexus::sdk::Store {
   bool big_locked() const {
     struct stat st;
     if (index_fd_ < 0 || ::fstat(index_fd_, &st) != 0) return false;
-    const uint64_t live_bytes = 128 * (index_->entries.size() + 64);
+    const uint64_t live_bytes = index_->live_bytes + 4096;  // + header, epoch and reset records
     return static_cast<uint64_t>(st.st_size) > (8u << 20) && static_cast<uint64_t>(st.st_size) > 4 * live_bytes;
   }
 
@@ -1986,7 +2040,13 @@ class FileStore final : public toolnexus::sdk::Store {
     // 50,000 Tasks spent a quarter of its time on cache misses).
     for (const Index::OKey &k : index_->order) Index::task_record(data, k.node->first, k.node->second.view());
     for (const auto &[key, v] : index_->tombs) RecWriter(kRecDel).str(key).u64(v).frame_into(data);
-    Fd fd(::openat(dir_.get(), kIndexNewName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    // A fresh file, never one found there: whatever has the name (a
+    // crash's leftover, or a symlink someone put there to have the store
+    // overwrite a file elsewhere) is removed, and O_EXCL | O_NOFOLLOW
+    // refuse anything that appears meanwhile.
+    if (::unlinkat(dir_.get(), kIndexNewName, 0) != 0 && errno != ENOENT)
+      throw Error(TNX_EIO, "cannot remove '" + path(kIndexNewName) + "': " + errtext(errno));
+    Fd fd(::openat(dir_.get(), kIndexNewName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
     if (fd.get() < 0) throw Error(TNX_EIO, "cannot create '" + path(kIndexNewName) + "': " + errtext(errno));
     write_all_fd(fd.get(), data, path(kIndexNewName));
     while (::fdatasync(fd.get()) != 0)
@@ -2017,8 +2077,21 @@ class FileStore final : public toolnexus::sdk::Store {
     // of versions handed out (a crash): a new epoch puts every version
     // given from now on above all of them. A directory never indexed (the
     // seed's) starts at epoch 0, version 1.
-    if (!loaded) index_ = std::make_unique<Index>();
-    else ++index_->epoch;
+    //
+    // A missing or unreadable index (no header) in a directory a toolnexus
+    // store opened before (.tnx-lock was there) lost its versions with it:
+    // starting again at epoch 0 gave version 1 back to Tasks saved many
+    // times, and a client's stale --expect-version 1 then overwrote a newer
+    // save (found by a fresh-user pass). Epochs are therefore never below
+    // the seconds since 2000-01-01 at the rebuild: above every epoch an
+    // earlier rebuild can have used, while the clock does not go back.
+    const uint64_t clock = clock_epoch();
+    if (!loaded) {
+      index_ = std::make_unique<Index>();
+      if (indexed_before_) index_->epoch = clock;
+    } else {
+      index_->epoch = std::max(index_->epoch + 1, clock);
+    }
     index_->header_ok = true;
     std::unordered_map<std::string, bool> seen;
     std::vector<std::string> names = scan();
@@ -2453,6 +2526,7 @@ class FileStore final : public toolnexus::sdk::Store {
   uint64_t offset_ = 0;  // bytes of .tnx-index applied; guarded by imu_
   mutable std::shared_mutex imu_;  // guards index_, offset_, index_fd_ reopening
   std::unique_ptr<Index> index_ = std::make_unique<Index>();
+  bool indexed_before_ = false;  // .tnx-lock was there at open: a toolnexus store had opened <dir>
   std::mutex append_mu_;  // this process's holder of the index lock
   std::unique_ptr<std::mutex[]> slots_;  // per id slot, with the OFD id locks
 };
