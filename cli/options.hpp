@@ -8,11 +8,22 @@
 #include "toolnexus/registry.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace toolnexus::cli {
+
+/// How a refused plugin path is told to the user: "plugin FILE was not
+/// loaded: REASON", or "plugin directory DIR was not searched: REASON" when
+/// the path is a directory (PluginRegistry::failures() holds both).
+inline std::string plugin_failure_text(const PluginFailure &f) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(f.path, ec))
+    return "plugin directory " + f.path + " was not searched: " + f.reason;
+  return "plugin " + f.path + " was not loaded: " + f.reason;
+}
 
 /// Parsed arguments. argv[0] (the subcommand name) is skipped. A "--"
 /// ends options. `error` is set (and parsing stops) on an unknown option or

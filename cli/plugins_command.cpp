@@ -13,7 +13,7 @@ namespace toolnexus::cli {
 
 namespace {
 const char *kHelp =
-    "usage: toolnexus plugins [--json] [--plugin-dir DIR]...\n"
+    "usage: toolnexus plugins [--json] [--plugin-dir DIR]... [--allow-insecure-plugins]\n"
     "  Lists the plugin directories searched (in order), each plugin loaded with its\n"
     "  file, scheme(s), version, ABI version and capabilities, and each file that\n"
     "  was refused with the reason. Directories come from TOOLNEXUS_PLUGIN_PATH, then\n"

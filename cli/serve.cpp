@@ -1,5 +1,6 @@
 // cli/serve.cpp: `toolnexus serve`: runs the A2A JSON-RPC server until
 // SIGINT or SIGTERM.
+#include "options.hpp"
 #include "subcommand.hpp"
 
 #include "toolnexus/llm_executor.hpp"
@@ -494,12 +495,11 @@ int run_serve(int argc, char **argv) {
     std::fprintf(stderr, "toolnexus serve: %s\n", e.what());
     const auto failures = registry.failures();
     for (const PluginFailure &f : failures)
-      std::fprintf(stderr, "toolnexus serve: plugin %s was not loaded: %s\n", f.path.c_str(), f.reason.c_str());
+      std::fprintf(stderr, "toolnexus serve: %s\n", plugin_failure_text(f).c_str());
     return 1;
   }
   for (const PluginFailure &f : registry.failures())
-    std::fprintf(stderr, "toolnexus serve: warning: plugin %s was not loaded: %s\n", f.path.c_str(),
-                 f.reason.c_str());
+    std::fprintf(stderr, "toolnexus serve: warning: %s\n", plugin_failure_text(f).c_str());
 
   std::printf("listening on %s\n", server->url().c_str());
   std::fflush(stdout);

@@ -24,7 +24,7 @@ namespace toolnexus::cli {
 namespace {
 
 const char *kHelp =
-    "usage: toolnexus store COMMAND [--plugin-dir DIR]... ARGS\n"
+    "usage: toolnexus store COMMAND [--plugin-dir DIR]... [--allow-insecure-plugins] ARGS\n"
     "  get SELECTOR ID            print the Task JSON (its version on stderr)  exit 1: no such Task\n"
     "  put SELECTOR [FILE|-]      save one Task JSON (stdin without FILE), print its id;\n"
     "      [--owner P] [--tenant T] [--expect-version N | --force]\n"
@@ -45,7 +45,9 @@ const char *kHelp =
     "  check SELECTOR             read every record, report each corrupt or invalid one\n"
     "                             exit 1: some record is not sound\n"
     "  Exit 2 on any other error (bad selector, store unusable, usage).\n"
-    "  SELECTOR: memory | file:<dir> | sqlite:<path> | <scheme>:<location> (see `toolnexus plugins`)\n";
+    "  SELECTOR: memory | file:<dir> | sqlite:<path> | <scheme>:<location> (see `toolnexus plugins`)\n"
+    "  --allow-insecure-plugins: load plugins from group/other-writable or foreign-owned\n"
+    "  files and directories (the permission checks off; symlinks must stay inside)\n";
 
 int usage_error(const std::string &msg) {
   std::cerr << "toolnexus store: " << msg << "\n" << kHelp;
@@ -584,7 +586,7 @@ int run_store(int argc, char **argv) {
     // refused: say why each refused file was, as serve does.
     std::cerr << "toolnexus store " << cmd << ": " << e.what() << "\n";
     for (const PluginFailure &f : PluginRegistry::global().failures())
-      std::cerr << "toolnexus store " << cmd << ": plugin " << f.path << " was not loaded: " << f.reason << "\n";
+      std::cerr << "toolnexus store " << cmd << ": " << plugin_failure_text(f) << "\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "toolnexus store " << cmd << ": " << e.what() << "\n";

@@ -98,6 +98,16 @@ TEST_CASE("toolnexus plugins reports a refused file with its reason") {
                     std::string::npos,
                 r.err);
   CHECK(run({"plugins", "--help"}).out.find("usage: toolnexus plugins") != std::string::npos);
+  // A refused directory is called a directory, not a plugin.
+  const fs::path open_dir = temp_dir();
+  fs::permissions(open_dir, fs::perms::all);
+  r = run({"store", "list", "--plugin-dir", open_dir.string(), "nosuch:x"});
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.err.find("plugin directory " + fs::canonical(open_dir).string() + " was not searched: ") !=
+                    std::string::npos,
+                r.err);
+  fs::remove_all(open_dir);
+  CHECK(run({"store", "--help"}).out.find("--allow-insecure-plugins") != std::string::npos);
 }
 
 TEST_CASE("store put, get, list, rm and their exit codes") {
