@@ -8,7 +8,6 @@
 #include "toolnexus/registry.hpp"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,12 +15,10 @@
 namespace toolnexus::cli {
 
 /// How a refused plugin path is told to the user: "plugin FILE was not
-/// loaded: REASON", or "plugin directory DIR was not searched: REASON" when
-/// the path is a directory (PluginRegistry::failures() holds both).
+/// loaded: REASON", or "plugin directory DIR was not searched: REASON"
+/// (PluginRegistry::failures() holds both).
 inline std::string plugin_failure_text(const PluginFailure &f) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(f.path, ec))
-    return "plugin directory " + f.path + " was not searched: " + f.reason;
+  if (f.directory) return "plugin directory " + f.path + " was not searched: " + f.reason;
   return "plugin " + f.path + " was not loaded: " + f.reason;
 }
 

@@ -78,6 +78,9 @@ int run_plugins(int argc, char **argv) {
       w.StartObject();
       w.Key("file"); w.String(f.path.c_str());
       w.Key("reason"); w.String(f.reason.c_str());
+      if (f.directory) {
+        w.Key("directory"); w.Bool(true);  // "file" names a plugin directory that was not searched
+      }
       w.EndObject();
     }
     w.EndArray();

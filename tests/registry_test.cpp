@@ -424,3 +424,14 @@ TEST_CASE("open() loads plugins in search order only until one serves the scheme
         std::string::npos);
   CHECK(resolve_store("memory", *m)->info().plugin_path.find("libtnx_memory.so") != std::string::npos);
 }
+
+TEST_CASE("a plugin directory that cannot be searched is a failure marked as a directory; a bad file is not") {
+  auto r = isolated({kFixtures / "no-such-directory", kFixtures / "wrong_major"});
+  auto f = r->failures();
+  REQUIRE(f.size() == 2);
+  CHECK(f[0].path == (kFixtures / "no-such-directory").string());
+  CHECK(f[0].directory);
+  CHECK(f[0].reason.find("does not exist") != std::string::npos);
+  CHECK(f[1].path.find("libfixture_wrong_major.so") != std::string::npos);
+  CHECK_FALSE(f[1].directory);
+}

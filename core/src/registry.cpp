@@ -204,7 +204,9 @@ struct PluginRegistry::Impl {
   std::map<std::string, std::shared_ptr<LoadedPlugin>, std::less<>> by_scheme;
   std::shared_ptr<LoadedPlugin> embedded_memory;
 
-  void fail(const std::string &path, const std::string &reason) { failures.push_back({path, reason}); }
+  void fail(const std::string &path, const std::string &reason, bool directory = false) {
+    failures.push_back({path, reason, directory});
+  }
 
   // Registers a checked plugin; refuses it when one of its schemes is taken.
   bool add(std::shared_ptr<LoadedPlugin> p, std::string *why) {
@@ -297,18 +299,18 @@ struct PluginRegistry::Impl {
       std::error_code ec;
       if (!fs::is_directory(dir, ec)) {
         std::string key = "dir:" + dir.string();
-        if (seen.insert(key).second) fail(dir.string(), "plugin directory does not exist or is not a directory");
+        if (seen.insert(key).second) fail(dir.string(), "plugin directory does not exist or is not a directory", true);
         continue;
       }
       fs::path canon_dir = fs::canonical(dir, ec);
       if (ec) {
-        fail(dir.string(), "cannot resolve plugin directory: " + ec.message());
+        fail(dir.string(), "cannot resolve plugin directory: " + ec.message(), true);
         continue;
       }
       if (!allow_insecure) {
         std::string why = insecure(canon_dir, "plugin directory");
         if (!why.empty()) {
-          if (seen.insert("dir:" + canon_dir.string()).second) fail(canon_dir.string(), why);
+          if (seen.insert("dir:" + canon_dir.string()).second) fail(canon_dir.string(), why, true);
           continue;
         }
       }
@@ -343,7 +345,7 @@ struct PluginRegistry::Impl {
         files.push_back(p);
       }
       if (ec) {
-        fail(dir.string(), "cannot read plugin directory: " + ec.message());
+        fail(dir.string(), "cannot read plugin directory: " + ec.message(), true);
         continue;
       }
       std::sort(files.begin(), files.end());

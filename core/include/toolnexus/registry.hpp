@@ -38,10 +38,13 @@ struct PluginInfo {
   uint16_t abi_minor = 0;
 };
 
-/// A file that was considered and refused, with why.
+/// A file that was considered and refused, or a plugin directory that was
+/// not searched (missing, unreadable, writable by others), with why.
 struct PluginFailure {
   std::string path;
   std::string reason;
+  /// `path` is a plugin directory of the search path, not a file in one.
+  bool directory = false;
 };
 
 /// "thread-safe,paginated-list,..." for TNX_CAP_* bits.
