@@ -873,11 +873,6 @@ struct Index {
     uint32_t len[6] = {};  // key, context_id, state, owner, tenant, problem
     bool corrupt = false, unreadable = false;
 
-    std::string_view field(int i) const noexcept {
-      size_t off = 0;
-      for (int j = 0; j < i; ++j) off += len[j];
-      return std::string_view(text + off, len[i]);
-    }
     size_t text_size() const noexcept {
       return size_t{len[0]} + len[1] + len[2] + len[3] + len[4] + len[5];
     }
@@ -1313,23 +1308,17 @@ class FileStore final : public toolnexus::sdk::Store {
     if (ro_) {
       lock_fd_ = open_own(kLockName, O_RDONLY);
       indexed_before_ = lock_fd_ >= 0;
-      int others = 0;
-      if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_RDLCK, kIndexLockByte, true, path(kLockName));
-      try {
-        const Stamp now = dir_stamp();
-        if (lock_fd_ >= 0) others = live_slots();
-        std::unique_lock<std::shared_mutex> l(imu_);
-        const bool loaded = lock_fd_ >= 0 && load_file_locked();
-        if (!(loaded && trusted(now, others))) {
-          if (index_fd_ >= 0) ::close(index_fd_);
-          index_fd_ = -1;  // a snapshot of the directory, not followed
-          rebuild_locked(loaded, nullptr);
-        }
-      } catch (...) {
-        if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_UNLCK, kIndexLockByte, true, path(kLockName));
-        throw;
+      std::optional<IndexLock> il;
+      if (lock_fd_ >= 0) il.emplace(*this, F_RDLCK);
+      const Stamp now = dir_stamp();
+      const int others = lock_fd_ >= 0 ? live_slots() : 0;
+      std::unique_lock<std::shared_mutex> l(imu_);
+      const bool loaded = lock_fd_ >= 0 && load_file_locked();
+      if (!(loaded && trusted(now, others))) {
+        if (index_fd_ >= 0) ::close(index_fd_);
+        index_fd_ = -1;  // a snapshot of the directory, not followed
+        rebuild_locked(loaded, nullptr);
       }
-      if (lock_fd_ >= 0) ofd_lock(lock_fd_, F_UNLCK, kIndexLockByte, true, path(kLockName));
       return;
     }
     struct stat lst;
@@ -1789,8 +1778,10 @@ class FileStore final : public toolnexus::sdk::Store {
   // locks of one open file do not exclude its own threads).
   class IndexLock {
    public:
-    explicit IndexLock(FileStore &s) : s_(s) {
-      ofd_lock(s_.lock_fd_, F_WRLCK, kIndexLockByte, true, s_.path(kLockName));
+    // F_WRLCK to append or rewrite; F_RDLCK (a read-only open) to read the
+    // index and the directory's stamp while no one appends.
+    explicit IndexLock(FileStore &s, short type = F_WRLCK) : s_(s) {
+      ofd_lock(s_.lock_fd_, type, kIndexLockByte, true, s_.path(kLockName));
     }
     ~IndexLock() {
       try {
