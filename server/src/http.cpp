@@ -4,8 +4,8 @@
 
 #include "http_reactor.hpp"
 #include "rest.hpp"
+#include "util.hpp"
 
-#include <malloc.h>
 
 #include <Poco/Exception.h>
 #include <Poco/Net/IPAddress.h>
@@ -156,7 +156,7 @@ class Router {
     // a Task of megabytes (its record, parsed tree, view and answer) 64 such
     // requests at once left ~900 MB resident for good. Handing the free
     // pages back costs a walk of the arenas, so only after a large answer.
-    if (large) ::malloc_trim(0);
+    if (large) release_free_memory();
     if (s_.log->enabled(LogLevel::debug)) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
       std::string line = m + " " + std::string(path.substr(0, 200));

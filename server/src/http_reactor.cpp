@@ -2,8 +2,8 @@
 // threads for complete requests (see http_reactor.hpp).
 #include "http_reactor.hpp"
 #include "semaphore.hpp"
+#include "util.hpp"
 
-#include <malloc.h>
 
 #include <Poco/Exception.h>
 #include <Poco/Net/HTTPResponse.h>
@@ -758,7 +758,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       // (glibc would keep the freed pages of this thread's arena; see
       // Router::handle in http.cpp for the request threads' share).
       std::string().swap(c.out);
-      ::malloc_trim(0);
+      release_free_memory();
     } else {
       c.out.clear();
     }

@@ -1,6 +1,7 @@
 // Small helpers shared by the server's parts.
 #include "util.hpp"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -166,6 +167,20 @@ const std::string &host_name() {
     return std::string(buf);
   }();
   return name;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TNX_SANITIZED_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define TNX_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+
+void release_free_memory() noexcept {
+#ifndef TNX_SANITIZED_ALLOCATOR
+  ::malloc_trim(0);
+#endif
 }
 
 }  // namespace toolnexus::server_detail

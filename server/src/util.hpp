@@ -65,6 +65,15 @@ void append_history(Task &task, rapidjson::Value message);
 /// This machine's host name ("" if unknown). Cached.
 const std::string &host_name();
 
+/// Hands the free pages of every malloc arena back to the system
+/// (glibc's malloc_trim(0)); call after freeing a large answer, since glibc
+/// keeps what a thread freed in that thread's arena. Thread-safe. A no-op
+/// when built with AddressSanitizer/ThreadSanitizer/MemorySanitizer: their
+/// allocator replaces malloc, so glibc's arenas hold nothing, and glibc's
+/// malloc_trim lazily initialises those arenas without a lock, which
+/// crashed (SEGV in mtrim) when two threads made the first call at once.
+void release_free_memory() noexcept;
+
 /// The length in bytes of `v` written as compact JSON (what Task::to_json,
 /// and so a store, makes of it), counted without building the text.
 std::size_t serialized_size(const rapidjson::Value &v);
