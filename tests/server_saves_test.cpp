@@ -6,8 +6,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <mutex>
+#include <set>
 
 using namespace tnxtest;
 
@@ -46,16 +49,27 @@ class CountingStore final : public toolnexus::TaskStore {
 };
 
 // Completes at once, or after `gate` opens.
+// Records the name of the thread each run is on (the server names its
+// threads: tnx-run executor workers, tnx-http request threads) and the most
+// runs in progress at once.
 struct Gated final : toolnexus::AgentExecutor {
   std::string name() const override { return "gated"; }
   std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
+  bool runs_briefly() const override { return brief; }
   toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
+    char thread[16] = {};
+    pthread_getname_np(pthread_self(), thread, sizeof thread);
     {
       std::lock_guard<std::mutex> lock(mu);
       last_id = std::string(ctx.task.id());
+      threads.insert(thread);
     }
     ++entered;
+    const int now = ++in_progress;
+    for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
     while (hold && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
+    --in_progress;
     auto r = toolnexus::ExecutionResult::completed();
     r.add_text_artifact("done");
     return r;
@@ -64,18 +78,25 @@ struct Gated final : toolnexus::AgentExecutor {
     std::lock_guard<std::mutex> lock(mu);
     return last_id;
   }
+  std::set<std::string> thread_names() {
+    std::lock_guard<std::mutex> lock(mu);
+    return threads;
+  }
+  bool brief = false;  // set before the server starts
   std::atomic<bool> hold{false};
-  std::atomic<int> entered{0};
+  std::atomic<int> entered{0}, in_progress{0}, most{0};
   std::mutex mu;
   std::string last_id;
+  std::set<std::string> threads;
 };
 
 struct Fixture {
   std::shared_ptr<CountingStore> store;
   std::shared_ptr<Gated> agent = std::make_shared<Gated>();
   toolnexus::ServerHandle server;
-  explicit Fixture(int blocking_timeout_ms = 60000, bool durable = false)
+  explicit Fixture(int blocking_timeout_ms = 60000, bool durable = false, bool brief = false)
       : store(std::make_shared<CountingStore>(durable)), server([&] {
+          agent->brief = brief;
           auto o = test_options();
           o.store = store;
           o.executor = agent;
@@ -185,5 +206,45 @@ TEST_CASE("by default a durable store gets 64 executor threads (saves in flight 
     CHECK(f.agent->entered.load() == want);  // and no more
     f.agent->hold = false;
     for (const auto &id : ids) CHECK(state_of(c.wait_settled(id)) == "completed");
+  }
+}
+
+TEST_CASE("a blocking SendMessage to an executor that runs briefly runs on the request's thread, within the workers") {
+  SUBCASE("brief executor: blocking runs on the request thread, non-blocking on a worker") {
+    Fixture f(60000, false, /*brief=*/true);
+    Client c(f.server.url());
+    for (int i = 0; i < 5; ++i) CHECK(state_of(c.send("inline", {}, "")) == "completed");
+    CHECK(f.agent->thread_names() == std::set<std::string>{"tnx-http"});
+    CHECK(state_of(c.wait_settled(task_id(c.send("queued")))) == "completed");
+    CHECK(f.agent->thread_names() == std::set<std::string>{"tnx-http", "tnx-run"});
+    // Resuming (a blocking follow-up) is no different: the same rule. The
+    // gated agent completes at once, so only a new Task is checked here.
+  }
+  SUBCASE("an executor that may wait always runs on a worker") {
+    Fixture f;
+    Client c(f.server.url());
+    for (int i = 0; i < 5; ++i) CHECK(state_of(c.send("worker", {}, "")) == "completed");
+    CHECK(f.agent->thread_names() == std::set<std::string>{"tnx-run"});
+  }
+  SUBCASE("inline runs count against the workers: at most 4 (memory's default) at once") {
+    Fixture f(60000, false, /*brief=*/true);
+    f.agent->hold = true;
+    std::vector<std::thread> clients;
+    std::atomic<int> completed{0};
+    for (int i = 0; i < 10; ++i)
+      clients.emplace_back([&, i] {
+        Client c(f.server.url());
+        if (state_of(c.send("gated " + std::to_string(i), {}, "")) == "completed") ++completed;
+      });
+    CHECK(eventually([&] { return f.agent->entered.load() == 4; }, 5000ms));
+    std::this_thread::sleep_for(200ms);
+    CHECK(f.agent->entered.load() == 4);  // 6 wait for a slot, on the queue
+    CHECK(f.agent->most.load() == 4);
+    f.agent->hold = false;
+    for (auto &t : clients) t.join();
+    CHECK(completed.load() == 10);
+    CHECK(f.agent->most.load() <= 4);
+    // The 6 that found no free slot were queued and run by the workers.
+    CHECK(f.agent->thread_names().count("tnx-run") == 1);
   }
 }

@@ -110,9 +110,11 @@
 //   commit: a caller enqueues its request; if no thread is committing, it
 //   becomes the leader, takes every queued request (up to max_batch), runs
 //   them in one BEGIN IMMEDIATE ... COMMIT (each with its own compare-and-set
-//   check and result, in queue order), and hands the results back. Callers
-//   that arrive meanwhile queue up for the next batch, so N threads share one
-//   fsync instead of queueing for N. If a statement of a batch fails (not a
+//   check and result, in queue order), hands the results back, and passes
+//   the lead to the first caller queued meanwhile. Callers that arrive
+//   meanwhile queue up for the next batch, so N threads share one fsync
+//   instead of queueing for N. Each caller is woken once (its own Wakeup):
+//   when its request is done, or when it is to lead. If a statement of a batch fails (not a
 //   CAS conflict: an I/O error, a too-big record), the batch is rolled back
 //   and each request is retried in its own transaction, so every caller gets
 //   the outcome of its own request only.
@@ -139,6 +141,8 @@
 // an empty task_json is TNX_EINVAL; tombstones are never pruned (one small
 // row per deleted id).
 #include "toolnexus/plugin.hpp"
+
+#include "../common/wakeup.hpp"
 
 #include <sqlite3.h>
 
@@ -1069,7 +1073,13 @@ struct WriteReq {
   tnx_status status = TNX_EINTERNAL;
   std::string message;
   uint64_t version = 0;
-  bool done = false;  // guarded by SqliteStore::wmu_
+  /// Set (before `wake`) by the leader that ran this request.
+  bool done = false;
+  /// Set (before `wake`) when this request's thread is to lead the next
+  /// batch, which starts with this request.
+  bool lead = false;
+  /// Posted once per done or lead; the last access of any other thread.
+  toolnexus::plugins::Wakeup wake;
   /// Next request in the queue or batch (intrusive list: queueing and taking
   /// a batch never allocate, so they cannot fail half-way).
   WriteReq *next = nullptr;
@@ -1370,6 +1380,11 @@ class SqliteStore final : public toolnexus::sdk::Store {
     w.exec((std::string("PRAGMA synchronous = ") + sync_name(opt_.sync)).c_str(), "sqlite: open");
     // Keep a WAL that grew during a burst from staying large forever.
     w.exec("PRAGMA journal_size_limit = 67108864", "sqlite: open");
+    // A group commit runs many INSERTs in one transaction; each needs a
+    // statement journal (the pages it changes, so that it alone can be
+    // undone), which spilled to temp files past 64 KiB: 2 of every 3 write
+    // syscalls of a busy server went there. In memory they cost no syscall.
+    w.exec("PRAGMA temp_store = memory", "sqlite: open");
   }
 
   /// Creates the schema in an empty database, migrates an older one, refuses
@@ -1452,20 +1467,32 @@ class SqliteStore final : public toolnexus::sdk::Store {
       throw Error(opt_.read_only ? TNX_EUNSUPPORTED : TNX_EIO,
                   describe(r) + ": database '" + opt_.path + "' is read-only (" + read_only_why_ +
                       ")");
+    // The queue's first request leads: it runs a batch (itself and up to
+    // max_batch - 1 requests queued behind it), wakes each request of the
+    // batch, and hands the lead to the request now first in the queue, if
+    // any, so that one thread never leads for ever. Each waiting thread is
+    // woken once, when its request is done or when it is to lead; none is
+    // woken for another's batch.
+    bool lead = false;
     {
-      std::unique_lock<std::mutex> lk(wmu_);
+      std::lock_guard<std::mutex> lk(wmu_);
       r.next = nullptr;
       (tail_ != nullptr ? tail_->next : head_) = &r;
       tail_ = &r;
-      while (!r.done) {
-        if (leader_) {
-          wcv_.wait(lk);
-          continue;
-        }
-        // Become the leader: take up to max_batch requests in arrival order.
-        leader_ = true;
-        // A save_batch request runs alone (its own transaction is the unit).
-        WriteReq *first = head_, *last = head_;
+      if (!leader_) leader_ = lead = true;
+    }
+    if (!lead) {
+      r.wake.wait();
+      lead = r.lead;
+    }
+    if (lead) {
+      WriteReq *first = nullptr, *next_leader = nullptr;
+      {
+        std::lock_guard<std::mutex> lk(wmu_);
+        // head_ is r. A save_batch request runs alone (its own transaction
+        // is the unit).
+        first = head_;
+        WriteReq *last = head_;
         for (size_t n = 1; n < opt_.max_batch && last->next != nullptr && first->batch == nullptr &&
                            last->next->batch == nullptr;
              ++n)
@@ -1473,17 +1500,21 @@ class SqliteStore final : public toolnexus::sdk::Store {
         head_ = last->next;
         if (head_ == nullptr) tail_ = nullptr;
         last->next = nullptr;
-        lk.unlock();
-        run_batch(first);
-        lk.lock();
-        for (WriteReq *q = first; q != nullptr;) {
-          WriteReq *next = q->next;  // read before `done` lets the owner return
-          q->done = true;
-          q = next;
-        }
-        leader_ = false;
-        wcv_.notify_all();  // the finished callers, and a next leader
       }
+      run_batch(first);
+      {
+        std::lock_guard<std::mutex> lk(wmu_);
+        next_leader = head_;
+        if (next_leader != nullptr) next_leader->lead = true;
+        else leader_ = false;
+      }
+      for (WriteReq *q = first; q != nullptr;) {
+        WriteReq *next = q->next;  // read before the wake lets the owner return
+        q->done = true;
+        if (q != &r) q->wake.post();
+        q = next;
+      }
+      if (next_leader != nullptr) next_leader->wake.post();
     }
     if (r.status != TNX_OK) throw Error(r.status, r.message);
   }
@@ -1685,12 +1716,11 @@ class SqliteStore final : public toolnexus::sdk::Store {
   bool have_counts_ = true;
 
   // Writer side: wmu_ guards the queue (head_..tail_), leader_ and
-  // WriteReq::done/next of queued requests; ws_, writer_ and the requests of
-  // the batch being run are used by the current leader only.
+  // WriteReq::next/lead of queued requests; ws_, writer_ and the requests of
+  // the batch being run are used by the current leader only (see submit()).
   std::unique_ptr<Conn> writer_;
   WriterStmts ws_;
   std::mutex wmu_;
-  std::condition_variable wcv_;
   WriteReq *head_ = nullptr, *tail_ = nullptr;
   bool leader_ = false;
 

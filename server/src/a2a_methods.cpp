@@ -447,9 +447,10 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
   }
   // A blocking SendMessage that creates a Task answers only when the Task
   // settles: it is saved once, with its outcome (TaskLifecycle::create
-  // defer_save), unless its run lasts.
+  // defer_save), unless its run lasts. A blocking one whose executor
+  // runs_briefly() runs on this thread, which would only wait for it.
   return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare, blocking)
-                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare);
+                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare, blocking);
 }
 
 std::optional<PushConfig> A2AMethods::message_push_config(const rapidjson::Value &c, const CallContext &call) {

@@ -17,6 +17,7 @@ using server_detail::make_string;
 using server_detail::str;
 
 AgentExecutor::~AgentExecutor() = default;
+bool AgentExecutor::runs_briefly() const { return false; }
 TaskProgress::~TaskProgress() = default;
 
 void TaskProgress::text_chunk(std::string_view artifact_id, std::string_view name, std::string_view text,
@@ -104,6 +105,7 @@ class EchoExecutor final : public AgentExecutor {
  public:
   explicit EchoExecutor(int chunk_delay_ms) : delay_ms_(chunk_delay_ms) {}
   std::string name() const override { return "echo"; }
+  bool runs_briefly() const override { return delay_ms_ <= 0; }
   std::vector<AgentSkill> skills() const override {
     return {AgentSkill{"echo", "Echo",
                        "Completes each Task with one text artifact holding the message text, streamed in chunks.",
@@ -144,6 +146,7 @@ std::string normalized(std::string_view s) {
 class ApprovalExecutor final : public AgentExecutor {
  public:
   std::string name() const override { return "approval"; }
+  bool runs_briefly() const override { return true; }
   std::vector<AgentSkill> skills() const override {
     return {AgentSkill{"approval", "Approval",
                        "Parks each request in input-required until a person answers approve (or yes) "

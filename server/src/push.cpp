@@ -394,8 +394,15 @@ void PushDeliverer::start() {
   if (started_) return;
   started_ = true;
   const unsigned n = std::max(1u, options_.workers);
-  for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
-  sweeper_ = std::thread([this] { sweep_loop(); });
+  for (unsigned i = 0; i < n; ++i)
+    workers_.emplace_back([this] {
+      name_this_thread("tnx-push");
+      worker_loop();
+    });
+  sweeper_ = std::thread([this] {
+    name_this_thread("tnx-push-sweep");
+    sweep_loop();
+  });
 }
 
 void PushDeliverer::stop() {

@@ -148,6 +148,7 @@ TaskLifecycle::TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<A
       watch_(watch) {
   if (options_.instance_id.empty()) options_.instance_id = new_uuid();
   if (options_.workers == 0) options_.workers = 4;
+  inline_runs_ = options_.inline_runs && executor_->runs_briefly();
   cas_ = (store_->info().capabilities & TNX_CAP_COMPARE_AND_SET) != 0;
   if (!cas_) {
     log_.warn("the store does not support compare-and-set: transitions are serialised within this "
@@ -165,15 +166,29 @@ TaskLifecycle::~TaskLifecycle() {
 void TaskLifecycle::start() {
   if (started_) return;
   started_ = true;
-  for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
-  renewer_ = std::thread([this] { renewer_loop(); });
-  settler_ = std::thread([this] { settler_loop(); });
+  for (unsigned i = 0; i < options_.workers; ++i)
+    workers_.emplace_back([this] {
+      name_this_thread("tnx-run");
+      worker_loop();
+    });
+  renewer_ = std::thread([this] {
+    name_this_thread("tnx-renew");
+    renewer_loop();
+  });
+  settler_ = std::thread([this] {
+    name_this_thread("tnx-settle");
+    settler_loop();
+  });
 }
 
 void TaskLifecycle::begin_stop() {
   stopping_ = true;
   // Blocking waits return now, so requests in progress end.
   watch_.stop();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);  // a worker checks stopping_ under it
+  }
+  slot_cv_.notify_all();
 }
 
 void TaskLifecycle::stop() {
@@ -187,6 +202,7 @@ void TaskLifecycle::stop() {
       queued_ = 0;
       stop_workers_ = true;
       queue_sem_.release(static_cast<uint32_t>(workers_.size()));
+      slot_cv_.notify_all();
       room_cv_.notify_all();
       if (!idle_cv_.wait_for(lock, std::chrono::milliseconds(options_.drain_timeout_ms),
                              [this] { return running_ == 0; })) {
@@ -343,13 +359,13 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     active->unsaved = snap;
   }
   Task result = snap.task;
-  enqueue(WorkItem{id, std::move(active), std::move(snap)});
+  run_or_enqueue(WorkItem{id, std::move(active), std::move(snap)}, defer_save);
   return result;
 }
 
 Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
                            const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold,
-                           const std::function<void(Task &)> &prepare) {
+                           const std::function<void(Task &)> &prepare, bool caller_waits) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
@@ -395,7 +411,7 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
   auto active = register_active(id, lease_time);
   active->working_saved = true;
   Task result = r.snap.task;
-  enqueue(WorkItem{id, std::move(active), std::move(r.snap)});
+  run_or_enqueue(WorkItem{id, std::move(active), std::move(r.snap)}, caller_waits);
   return result;
 }
 
@@ -528,44 +544,75 @@ void TaskLifecycle::enqueue(WorkItem item) {
   fail_unstarted(item, "The server stopped before running this Task.");
 }
 
+void TaskLifecycle::run_or_enqueue(WorkItem item, bool caller_waits) {
+  if (caller_waits && inline_runs_) {
+    bool claimed = false;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (!stop_workers_ && !stopping_.load() && running_ + queue_.size() < options_.workers) {
+        ++running_;
+        claimed = true;
+      }
+    }
+    if (claimed) {
+      run_claimed(item);
+      return;
+    }
+  }
+  enqueue(std::move(item));
+}
+
 void TaskLifecycle::worker_loop() {
   for (;;) {
     WorkItem item;
     queue_sem_.acquire();
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      std::unique_lock<std::mutex> queue_lock(queue_mu_);
       // Once the server begins to stop (begin_stop, before the HTTP drain),
       // no queued Task starts: stop() fails them all. Without this check a
       // worker freed during a slow drain ran queued Tasks it should fail.
       if (stop_workers_ || stopping_.load()) return;
       if (queue_.empty()) continue;  // cannot happen: one token per item
+      // Inline runs (run_or_enqueue) hold slots too: at most `workers` runs
+      // are in progress. The item stays queued meanwhile, so a stop fails it.
+      if (running_ >= options_.workers) {
+        slot_cv_.wait(queue_lock, [this] {
+          return stop_workers_ || stopping_.load() || running_ < options_.workers;
+        });
+        if (stop_workers_ || stopping_.load()) return;
+      }
       item = std::move(queue_.front());
       queue_.pop_front();
       --queued_;
       ++running_;
     }
     room_cv_.notify_all();  // notify_one can be lost (semaphore.hpp); waiters here are rare
-    try {
-      run(item);
-    } catch (const StoreError &e) {
-      // Details (paths, backend messages) go to the log, not to the client.
-      log_.error("Task '" + item.id + "': the task store failed during fulfilment: " + e.what());
-      fail_after_error(item.id, item.active, std::string("the task store failed (") + status_name(e.code()) +
-                                    "); details are in the server log");
-    } catch (const std::exception &e) {
-      log_.error("Task '" + item.id + "': fulfilment failed: " + e.what());
-      fail_after_error(item.id, item.active, e.what());
-    } catch (...) {
-      log_.error("Task '" + item.id + "': fulfilment failed with an unknown exception");
-      fail_after_error(item.id, item.active, "unknown error");
-    }
-    unregister_active(item.id, item.active);
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      --running_;
-      if (running_ == 0) idle_cv_.notify_all();
-    }
+    run_claimed(item);
   }
+}
+
+void TaskLifecycle::run_claimed(WorkItem &item) {
+  try {
+    run(item);
+  } catch (const StoreError &e) {
+    // Details (paths, backend messages) go to the log, not to the client.
+    log_.error("Task '" + item.id + "': the task store failed during fulfilment: " + e.what());
+    fail_after_error(item.id, item.active, std::string("the task store failed (") + status_name(e.code()) +
+                                  "); details are in the server log");
+  } catch (const std::exception &e) {
+    log_.error("Task '" + item.id + "': fulfilment failed: " + e.what());
+    fail_after_error(item.id, item.active, e.what());
+  } catch (...) {
+    log_.error("Task '" + item.id + "': fulfilment failed with an unknown exception");
+    fail_after_error(item.id, item.active, "unknown error");
+  }
+  unregister_active(item.id, item.active);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    --running_;
+    if (running_ == 0) idle_cv_.notify_all();
+  }
+  slot_cv_.notify_one();  // a worker holding a queued item's token may wait for this slot
 }
 
 // The TaskProgress of one run: progress reports are applied to a working

@@ -104,6 +104,10 @@ class LifecycleError : public std::runtime_error {
 /// Settings of a TaskLifecycle.
 struct LifecycleOptions {
   unsigned workers = 4;
+  /// A waiting caller's Task may run on the caller's thread when the
+  /// executor runs_briefly() (see TaskLifecycle::create, defer_save). Off:
+  /// every run goes through the worker queue.
+  bool inline_runs = true;
   std::size_t max_queued_tasks = 4096;
   int queue_wait_ms = 10000;
   int lease_ms = 30000;
@@ -170,7 +174,10 @@ class TaskLifecycle {
   /// progress_interval_ms, or reports progress, or the caller asks with
   /// persist()). Nothing about it is acknowledged before it is saved, so a
   /// crash meanwhile loses nothing a client was told. Ignored on a store
-  /// without compare-and-set.
+  /// without compare-and-set. It also means the caller waits for the
+  /// outcome: when the executor runs_briefly() and fewer than `workers`
+  /// runs are in progress, the Task runs on the calling thread before
+  /// create() returns (see run_or_enqueue()).
   Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
               std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {},
               bool defer_save = false);
@@ -184,10 +191,12 @@ class TaskLifecycle {
   /// would be larger than max_task_bytes, and nothing was saved),
   /// StoreError.
   /// `hold` as for create(); `prepare` edits the Task in the same save as
-  /// the message.
+  /// the message. `caller_waits`: the caller waits for the outcome (a
+  /// blocking SendMessage): the run may happen on the calling thread, as
+  /// for create()'s defer_save.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
               const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
-              const std::function<void(Task &)> &prepare = {});
+              const std::function<void(Task &)> &prepare = {}, bool caller_waits = false);
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next
@@ -290,7 +299,15 @@ class TaskLifecycle {
   void signal_cancel(const std::string &id);
   void admit();
   void enqueue(WorkItem item);
+  /// Runs `item` on this thread when `caller_waits`, the executor
+  /// runs_briefly() and a worker slot is free (running + queued < workers):
+  /// the thread that would wait for a worker to run it and hand the outcome
+  /// back does the run itself. Otherwise enqueue().
+  void run_or_enqueue(WorkItem item, bool caller_waits);
   void worker_loop();
+  /// A dequeued (or inline) item: run() with its errors turned into a failed
+  /// Task; then unregisters it and gives back its running_ slot.
+  void run_claimed(WorkItem &item);
   void run(WorkItem &item);
   void fail_after_error(const std::string &id, const std::shared_ptr<ActiveTask> &active, const std::string &what);
   /// Saves a deferred Task not yet saved, after `change`; true when this
@@ -326,7 +343,12 @@ class TaskLifecycle {
   std::condition_variable room_cv_;
   std::deque<WorkItem> queue_;
   std::atomic<std::size_t> queued_{0};
-  unsigned running_ = 0;
+  unsigned running_ = 0;  // runs in progress: on workers and inline (run_or_enqueue)
+  /// Signalled when running_ drops: a worker with a queued item waits on it
+  /// while inline runs hold every slot.
+  std::condition_variable slot_cv_;
+  /// options_.inline_runs and the executor runs_briefly(); set at construction.
+  bool inline_runs_ = false;
   bool stop_workers_ = false;
   std::vector<std::thread> workers_;
 

@@ -2,6 +2,8 @@
 // task_watch.hpp).
 #include "task_watch.hpp"
 
+#include "util.hpp"
+
 #include <algorithm>
 
 namespace toolnexus::server_detail {
@@ -34,8 +36,14 @@ TaskWatch::~TaskWatch() { stop(); }
 void TaskWatch::start() {
   if (started_) return;
   started_ = true;
-  deliverer_ = std::thread([this] { deliver_loop(); });
-  poller_ = std::thread([this] { poll_loop(); });
+  deliverer_ = std::thread([this] {
+    name_this_thread("tnx-watch");
+    deliver_loop();
+  });
+  poller_ = std::thread([this] {
+    name_this_thread("tnx-watch-poll");
+    poll_loop();
+  });
 }
 
 void TaskWatch::stop() {

@@ -2,9 +2,11 @@
 #include "util.hpp"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 #include <rapidjson/writer.h>
@@ -176,6 +178,12 @@ const std::string &host_name() {
 #define TNX_SANITIZED_ALLOCATOR 1
 #endif
 #endif
+
+void name_this_thread(const char *name) noexcept {
+  char cut[16] = {};
+  std::strncpy(cut, name, sizeof cut - 1);
+  (void)::pthread_setname_np(::pthread_self(), cut);
+}
 
 void release_free_memory() noexcept {
 #ifndef TNX_SANITIZED_ALLOCATOR

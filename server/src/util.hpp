@@ -65,6 +65,13 @@ void append_history(Task &task, rapidjson::Value message);
 /// This machine's host name ("" if unknown). Cached.
 const std::string &host_name();
 
+/// Names the calling thread (Linux: at most 15 bytes are kept; longer names
+/// are cut), as `top -H`, `ps -L`, gdb and perf show it. The server's
+/// threads: tnx-http (request workers), tnx-reactor (connections), tnx-run
+/// (executor workers), tnx-renew, tnx-settle, tnx-push, tnx-push-sweep,
+/// tnx-watch, tnx-watch-poll. Errors are ignored (a name is only a label).
+void name_this_thread(const char *name) noexcept;
+
 /// Hands the free pages of every malloc arena back to the system
 /// (glibc's malloc_trim(0)); call after freeing a large answer, since glibc
 /// keeps what a thread freed in that thread's arena. Thread-safe. A no-op

@@ -132,6 +132,16 @@ class AgentExecutor {
   virtual std::vector<AgentSkill> skills() const = 0;
   /// Runs one step of a Task (see ExecutionContext / ExecutionResult).
   virtual ExecutionResult execute(const ExecutionContext &ctx) = 0;
+  /// True when execute() returns promptly: it computes, and waits for
+  /// nothing (no network, no model, no sleep, no lock held for long). The
+  /// server may then run a Task of a blocking SendMessage on the thread
+  /// that serves the request, which waits for the outcome anyway, instead
+  /// of handing it to a worker thread and back: two thread switches fewer
+  /// per request (a worker slot is still taken, so at most `workers` runs
+  /// are in progress). Default false: runs go to the worker threads, and a
+  /// blocking request's wait is bounded by the server's blocking timeout.
+  /// Thread-safe; must return the same value for the executor's lifetime.
+  virtual bool runs_briefly() const;
 };
 
 /// echo: completes every Task with one text artifact holding the message
