@@ -157,6 +157,7 @@
 #include "toolnexus/plugin.hpp"
 
 #include "../common/task_counts.hpp"
+#include "../common/wakeup.hpp"
 
 #include <Poco/DigestEngine.h>
 #include <Poco/SHA2Engine.h>
@@ -548,6 +549,12 @@ std::string encode_meta(const Meta &m) {
 // a change covers it, so concurrent savers share fsyncs. A failed fsync is
 // reported to every caller it was meant to cover (the kernel reports a
 // writeback error only once per open file).
+//
+// One caller at a time runs the fsync (the leader). When it ends, the
+// leader wakes each caller it covered and hands the lead to the first
+// caller not covered (who arrived during it); the others sleep on. Each
+// caller is woken once, by its own Wakeup: a shared condition variable
+// woke every waiter after every fsync.
 class DirSync {
  public:
   explicit DirSync(int fd) noexcept : fd_(fd) {}
@@ -559,48 +566,90 @@ class DirSync {
 
   // 0 or the errno of the fsync covering `ticket`.
   int wait(uint64_t ticket) {
-    std::unique_lock<std::mutex> l(m_);
-    for (;;) {
+    Waiter me;
+    me.ticket = ticket;
+    {
+      std::lock_guard<std::mutex> l(m_);
       if (synced_ >= ticket) return 0;
-      if (run_) {
-        std::shared_ptr<Run> r = run_;
-        cv_.wait(l, [&] { return r->done; });
-        if (r->target >= ticket && r->err != 0) return r->err;
-        continue;
+      if (!syncing_) {
+        syncing_ = true;
+        me.lead = true;
+      } else {
+        (tail_ != nullptr ? tail_->next : head_) = &me;
+        tail_ = &me;
       }
-      auto r = std::make_shared<Run>();
-      r->target = changes_;
-      run_ = r;
-      l.unlock();
-      int err = 0;
-      while (::fsync(fd_) != 0) {
-        if (errno != EINTR) {
-          err = errno;
-          break;
-        }
-      }
-      l.lock();
-      r->err = err;
-      r->done = true;
-      run_.reset();
-      if (err == 0 && r->target > synced_) synced_ = r->target;
-      cv_.notify_all();
-      if (err != 0) return err;
     }
+    if (!me.lead) {
+      me.wake.wait();
+      if (!me.lead) return me.err;
+    }
+    // The leader: its ticket is at most changes_ now, so this fsync covers it.
+    uint64_t target = 0;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      target = changes_;
+    }
+    int err = 0;
+    while (::fsync(fd_) != 0) {
+      if (errno != EINTR) {
+        err = errno;
+        break;
+      }
+    }
+    Waiter *covered = nullptr, *next_leader = nullptr;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      if (err == 0 && target > synced_) synced_ = target;
+      // Split the queue: covered callers leave it; the rest keep their order.
+      Waiter *keep_head = nullptr, *keep_tail = nullptr, **cov_end = &covered;
+      for (Waiter *w = head_; w != nullptr;) {
+        Waiter *next = w->next;
+        w->next = nullptr;
+        if (w->ticket <= target) {
+          *cov_end = w;
+          cov_end = &w->next;
+        } else {
+          (keep_tail != nullptr ? keep_tail->next : keep_head) = w;
+          keep_tail = w;
+        }
+        w = next;
+      }
+      next_leader = keep_head;
+      if (next_leader != nullptr) {
+        head_ = next_leader->next;
+        tail_ = head_ != nullptr ? keep_tail : nullptr;
+        next_leader->next = nullptr;
+        next_leader->lead = true;
+      } else {
+        head_ = tail_ = nullptr;
+        syncing_ = false;
+      }
+    }
+    for (Waiter *w = covered; w != nullptr;) {
+      Waiter *next = w->next;  // read before the wake lets its owner return
+      w->err = err;
+      w->wake.post();
+      w = next;
+    }
+    if (next_leader != nullptr) next_leader->wake.post();
+    return err;
   }
 
  private:
-  struct Run {
-    uint64_t target = 0;
-    int err = 0;
-    bool done = false;
+  // A caller waiting for an fsync (on its stack).
+  struct Waiter {
+    uint64_t ticket = 0;
+    int err = 0;        // set before `wake` when covered
+    bool lead = false;  // set before `wake` when it is to run the next fsync
+    Waiter *next = nullptr;
+    toolnexus::plugins::Wakeup wake;
   };
   int fd_;
   std::mutex m_;
-  std::condition_variable cv_;
   uint64_t changes_ = 0;
   uint64_t synced_ = 0;
-  std::shared_ptr<Run> run_;
+  bool syncing_ = false;                          // a leader is running (or about to run) an fsync
+  Waiter *head_ = nullptr, *tail_ = nullptr;      // waiting callers, in arrival order
 };
 
 // ---------------------------------------------------------------------------
@@ -1347,6 +1396,7 @@ class FileStore final : public toolnexus::sdk::Store {
     if (others == 0) recover();  // nobody else is writing here: leftovers are a crash's
     std::string rec;
     RecWriter(kRecOpen).u64(static_cast<uint64_t>(::getpid())).frame_into(rec);
+    catch_up_locked();
     append_raw_locked(rec);
   }
 
@@ -1973,13 +2023,23 @@ class FileStore final : public toolnexus::sdk::Store {
       throw Error(TNX_EIO, "cannot repair '" + path(kIndexName) + "': " + errtext(errno));
   }
 
-  // Appends framed records (append_mu_ and the index lock held) and reads
-  // them back into the in-memory index.
+  // Appends framed records and applies them to the in-memory index. The
+  // caller holds append_mu_ and the index lock and has caught up
+  // (catch_up_locked), so the file ends at offset_ and nobody else appends:
+  // what is written is applied as written, not read back (that took 4
+  // fstat and a pread per save).
   void append_raw_locked(const std::string &records) {
-    catch_up_locked();
     write_all_fd(index_fd_, records, path(kIndexName));
-    catch_up();
     std::unique_lock<std::shared_mutex> l(imu_);
+    for (size_t off = 0; off < records.size();) {
+      uint8_t type = 0;
+      std::string_view payload;
+      const size_t n = next_record(records, off, type, payload);
+      if (n == 0 || !index_->apply(type, payload))
+        throw Error(TNX_EINTERNAL, "an index record written to '" + path(kIndexName) + "' does not apply");
+      off += n;
+      offset_ += n;
+    }
     if (big_locked()) compact_locked(index_->live);
   }
 
@@ -2010,11 +2070,12 @@ class FileStore final : public toolnexus::sdk::Store {
     append_raw_locked(rec);
   }
 
+  // The index file (offset_ bytes: called caught up, the index lock held)
+  // is past 8 MiB and 4 times what its live entries take.
   bool big_locked() const {
-    struct stat st;
-    if (index_fd_ < 0 || ::fstat(index_fd_, &st) != 0) return false;
+    if (index_fd_ < 0) return false;
     const uint64_t live_bytes = index_->live_bytes + 4096;  // + header, epoch and reset records
-    return static_cast<uint64_t>(st.st_size) > (8u << 20) && static_cast<uint64_t>(st.st_size) > 4 * live_bytes;
+    return offset_ > (8u << 20) && offset_ > 4 * live_bytes;
   }
 
   // Writes the whole index to .tnx-index.new and renames it over
