@@ -5,8 +5,10 @@
 // epoll loop over non-blocking sockets, one request in flight per
 // connection), then prints requests/s and p50/p99 latency per method.
 //
-// Without --url it starts a server in-process (memory store, echo agent) on
-// a free loopback port; with --url it targets a running server. --url may be
+// Without --url it starts a server in-process (echo agent; the memory store,
+// or --store SELECTOR, e.g. a fresh sqlite:/mnt/disk/tasks.db to measure
+// durable SendMessage against store_bench's durable saves) on a free
+// loopback port; with --url it targets a running server. --url may be
 // repeated (or given a comma-separated list) to load several replicas sharing
 // one store: connection i goes to URL i mod N, the Tasks GetTask reads are
 // created round-robin over the URLs (so most reads cross replicas), and the
@@ -15,7 +17,7 @@
 //   server_load [--url http://127.0.0.1:8080/ [--url ...]] [--connections 64]
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
-//               [--dialect both|0.3|1.0] [--blocking]
+//               [--store SELECTOR] [--dialect both|0.3|1.0] [--blocking]
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -329,6 +331,7 @@ int main(int argc, char **argv) {
   std::string dialects = "both";
   unsigned server_threads = 0;
   unsigned workers = 0;
+  std::string store = "memory";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -355,12 +358,13 @@ int main(int argc, char **argv) {
     else if (a == "--blocking") g_blocking = true;
     else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
+    else if (a == "--store") store = value();
     else {
       std::fprintf(stderr,
                    "usage: server_load [--url http://HOST:PORT/[,...]]... [--connections 64] [--threads 2]\n"
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
                    "                   [--dialect both|0.3|1.0] [--blocking]\n"
-                   "                   [--server-threads N] [--workers N]\n");
+                   "                   [--server-threads N] [--workers N] [--store SELECTOR]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -374,18 +378,19 @@ int main(int argc, char **argv) {
     if (urls.empty()) {
       toolnexus::ServerOptions opts;
       opts.listen = "127.0.0.1:0";
-      opts.store = "memory";
+      opts.store = store;
       opts.agent = "echo";
       if (server_threads != 0) opts.limits.max_connections = server_threads;
       if (workers != 0) opts.workers = workers;
       opts.log_level = toolnexus::LogLevel::warn;
       server = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(std::move(opts)));
       urls.push_back(server->url());
-      std::printf("in-process server at %s (memory store, echo agent)\n", urls[0].c_str());
+      std::printf("in-process server at %s (store %s, echo agent)\n", urls[0].c_str(), store.c_str());
     }
 #else
     (void)server_threads;
     (void)workers;
+    (void)store;
     if (urls.empty()) urls.push_back("http://127.0.0.1:18080/");
 #endif
     std::vector<Target> targets;
