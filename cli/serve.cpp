@@ -61,8 +61,11 @@ options (flags override the config file):
                            url follows them (off: they are ignored)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
-  --workers N              executor threads (default 64 on a durable store,
-                           whose runs wait for the disk; 4 on memory)
+  --workers N              Tasks run at once, on executor threads (default
+                           64 on a durable store, whose runs wait for the
+                           disk; 4 on memory); a blocking SendMessage to a
+                           brief agent (echo, approval) runs on its request
+                           thread, in one of these slots
   --max-connections N      connections served at once (default 128)
   --max-body BYTES         largest request body (default 1048576)
   --max-depth N            deepest JSON nesting accepted (default 64)

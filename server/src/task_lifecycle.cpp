@@ -612,7 +612,10 @@ void TaskLifecycle::run_claimed(WorkItem &item) {
     --running_;
     if (running_ == 0) idle_cv_.notify_all();
   }
-  slot_cv_.notify_one();  // a worker holding a queued item's token may wait for this slot
+  // A worker holding a queued item's token may wait for this slot. Not
+  // notify_one: glibc before 2.41 can lose one (sourceware bug 25847); the
+  // waiters are the few workers that found every slot taken by inline runs.
+  slot_cv_.notify_all();
 }
 
 // The TaskProgress of one run: progress reports are applied to a working
