@@ -1077,15 +1077,8 @@ void HttpReactor::start() {
   if (m.started) return;
   m.started = true;
   const unsigned n = std::max(1u, m.limits.workers);
-  for (unsigned i = 0; i < n; ++i)
-    m.workers.emplace_back([&m] {
-      name_this_thread("tnx-http");
-      m.worker();
-    });
-  m.loop_thread = std::thread([&m] {
-    name_this_thread("tnx-reactor");
-    m.loop();
-  });
+  for (unsigned i = 0; i < n; ++i) m.workers.push_back(start_named_thread("tnx-http", [&m] { m.worker(); }));
+  m.loop_thread = start_named_thread("tnx-reactor", [&m] { m.loop(); });
 }
 
 void HttpReactor::stop(int grace_ms) {

@@ -394,15 +394,8 @@ void PushDeliverer::start() {
   if (started_) return;
   started_ = true;
   const unsigned n = std::max(1u, options_.workers);
-  for (unsigned i = 0; i < n; ++i)
-    workers_.emplace_back([this] {
-      name_this_thread("tnx-push");
-      worker_loop();
-    });
-  sweeper_ = std::thread([this] {
-    name_this_thread("tnx-push-sweep");
-    sweep_loop();
-  });
+  for (unsigned i = 0; i < n; ++i) workers_.push_back(start_named_thread("tnx-push", [this] { worker_loop(); }));
+  sweeper_ = start_named_thread("tnx-push-sweep", [this] { sweep_loop(); });
 }
 
 void PushDeliverer::stop() {

@@ -167,18 +167,9 @@ void TaskLifecycle::start() {
   if (started_) return;
   started_ = true;
   for (unsigned i = 0; i < options_.workers; ++i)
-    workers_.emplace_back([this] {
-      name_this_thread("tnx-run");
-      worker_loop();
-    });
-  renewer_ = std::thread([this] {
-    name_this_thread("tnx-renew");
-    renewer_loop();
-  });
-  settler_ = std::thread([this] {
-    name_this_thread("tnx-settle");
-    settler_loop();
-  });
+    workers_.push_back(start_named_thread("tnx-run", [this] { worker_loop(); }));
+  renewer_ = start_named_thread("tnx-renew", [this] { renewer_loop(); });
+  settler_ = start_named_thread("tnx-settle", [this] { settler_loop(); });
 }
 
 void TaskLifecycle::begin_stop() {

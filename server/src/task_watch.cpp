@@ -36,14 +36,8 @@ TaskWatch::~TaskWatch() { stop(); }
 void TaskWatch::start() {
   if (started_) return;
   started_ = true;
-  deliverer_ = std::thread([this] {
-    name_this_thread("tnx-watch");
-    deliver_loop();
-  });
-  poller_ = std::thread([this] {
-    name_this_thread("tnx-watch-poll");
-    poll_loop();
-  });
+  deliverer_ = start_named_thread("tnx-watch", [this] { deliver_loop(); });
+  poller_ = start_named_thread("tnx-watch-poll", [this] { poll_loop(); });
 }
 
 void TaskWatch::stop() {

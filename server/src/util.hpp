@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 namespace toolnexus::server_detail {
 
@@ -71,6 +73,16 @@ const std::string &host_name();
 /// (executor workers), tnx-renew, tnx-settle, tnx-push, tnx-push-sweep,
 /// tnx-watch, tnx-watch-poll. Errors are ignored (a name is only a label).
 void name_this_thread(const char *name) noexcept;
+
+/// A std::thread named `name` (a string literal: it is read on the new
+/// thread) running `body`. Throws std::system_error as std::thread does.
+template <class F>
+std::thread start_named_thread(const char *name, F &&body) {
+  return std::thread([name, body = std::forward<F>(body)]() mutable {
+    name_this_thread(name);
+    body();
+  });
+}
 
 /// Hands the free pages of every malloc arena back to the system
 /// (glibc's malloc_trim(0)); call after freeing a large answer, since glibc
