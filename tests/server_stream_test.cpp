@@ -281,6 +281,39 @@ TEST_CASE("keep-alive comments on an idle stream; the cap on streams; a vanished
   }, 3000ms));
 }
 
+TEST_CASE("a stream that ended frees its place under the cap before the client reads the end") {
+  // streams.max_streams = 1 and one client streaming one message after
+  // another on one connection: each next stream is accepted. The place was
+  // given back on the delivery thread just after the end was written, so a
+  // quick client was sometimes refused ("too many open streams (1").
+  auto server = serve_with("echo", 0, [](toolnexus::ServerOptions &o) { o.streams.max_streams = 1; });
+  // Busy threads, as on a loaded CI machine, so that the delivery thread is
+  // often preempted between writing the end and dropping the stream.
+  std::atomic<bool> busy{true};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < 4; ++i)
+    hogs.emplace_back([&] {
+      while (busy.load(std::memory_order_relaxed)) {
+      }
+    });
+  Connection conn(port_of(server.url()));
+  int refused = 0, complete = 0;
+  for (int i = 0; i < 200; ++i) {
+    SseReader sse(conn, rpc_request("SendStreamingMessage", R"({"message":)" + v1_message("go") + "}",
+                                    std::to_string(i), kV1));
+    if (sse.header("content-type").find("text/event-stream") != 0) {
+      ++refused;
+      continue;
+    }
+    auto events = sse.rest();
+    if (!events.empty() && parse(events.back().data)["result"].HasMember("statusUpdate")) ++complete;
+  }
+  busy = false;
+  for (auto &t : hogs) t.join();
+  CHECK(refused == 0);
+  CHECK(complete == 200);
+}
+
 TEST_CASE("a client that reads nothing neither blocks the workers nor other streams, and is dropped") {
   auto server = serve_with("echo", 0, [](toolnexus::ServerOptions &o) {
     o.limits.stream_stall_ms = 7000;

@@ -29,6 +29,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
   void attach(TaskWatch &watch) {
     std::weak_ptr<TaskStream> weak = shared_from_this();
     TaskWatch *w = &watch;
+    watch_ = w;
     sse_->set_on_drain([weak, w] {
       auto self = weak.lock();
       if (self && (self->behind_.load() || self->sse_->closed())) w->poke(self->task_id());
@@ -85,7 +86,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     const std::string_view state = latest->task.state();
     if (cursor_ >= newest &&
         (ts::is_terminal(state) || (ts::is_interrupted(state) && (!subscribe_ || changed_)))) {
-      sse_->end();
+      end();
       return false;
     }
     return true;
@@ -96,7 +97,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     append_error_frame(frame, style_, rpc_code::kTaskNotFound, "Task '" + task_id() + "' was removed from the store",
                        style_.binding == Binding::jsonrpc ? "params.id" : "id");
     sse_->write(frame);
-    sse_->end();
+    end();
   }
 
   bool on_idle(Clock::time_point now) override {
@@ -119,6 +120,14 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
   }
 
  private:
+  // Ends the stream, giving back its place under the cap first: a client
+  // that opens its next stream as soon as it reads this end is not refused.
+  void end() {
+    if (watch_ != nullptr) watch_->release_place(*this);
+    sse_->end();
+  }
+
+  TaskWatch *watch_ = nullptr;  // set by attach(); outlives the stream
   std::shared_ptr<SseStream> sse_;
   SnapshotPtr first_;
   std::optional<uint64_t> resume_after_;

@@ -60,7 +60,7 @@ void TaskWatch::stop() {
   for (Shard &s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto &kv : s.entries) {
-      n_subs_ -= kv.second->subs.size();
+      for (const auto &sub : kv.second->subs) release_place(*sub);
       kv.second->subs.clear();
     }
   }
@@ -158,6 +158,7 @@ bool TaskWatch::subscribe(Hold &h, std::shared_ptr<TaskSubscriber> sub) {
     --n_subs_;
     return false;
   }
+  sub->counted_ = true;
   {
     Shard &s = shard(h.id_);
     std::lock_guard<std::mutex> lock(s.mu);
@@ -203,15 +204,19 @@ void TaskWatch::deliver(const std::string &id) {
   }
   if (finished.empty()) return;
   std::lock_guard<std::mutex> lock(s.mu);
-  auto &v = e->subs;
-  const std::size_t before = v.size();
-  v.erase(std::remove_if(v.begin(), v.end(),
-                         [&](const std::shared_ptr<TaskSubscriber> &p) {
-                           return std::find(finished.begin(), finished.end(), p.get()) != finished.end();
-                         }),
-          v.end());
-  n_subs_ -= before - v.size();
+  drop_finished(e->subs, finished);
   release(s, id, e);
+}
+
+void TaskWatch::drop_finished(std::vector<std::shared_ptr<TaskSubscriber>> &subs,
+                              const std::vector<TaskSubscriber *> &finished) noexcept {
+  subs.erase(std::remove_if(subs.begin(), subs.end(),
+                            [&](const std::shared_ptr<TaskSubscriber> &p) {
+                              if (std::find(finished.begin(), finished.end(), p.get()) == finished.end()) return false;
+                              release_place(*p);
+                              return true;
+                            }),
+             subs.end());
 }
 
 void TaskWatch::deliver_loop() {
@@ -247,14 +252,7 @@ void TaskWatch::deliver_loop() {
         std::lock_guard<std::mutex> lock(s.mu);
         auto it = s.entries.find(id);
         if (it == s.entries.end()) continue;
-        auto &v = it->second->subs;
-        const std::size_t before = v.size();
-        v.erase(std::remove_if(v.begin(), v.end(),
-                               [&](const std::shared_ptr<TaskSubscriber> &p) {
-                                 return std::find(finished.begin(), finished.end(), p.get()) != finished.end();
-                               }),
-                v.end());
-        n_subs_ -= before - v.size();
+        drop_finished(it->second->subs, finished);
         release(s, id, it->second);
       }
     }

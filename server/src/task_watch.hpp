@@ -78,7 +78,11 @@ class TaskSubscriber {
   const std::string &task_id() const noexcept { return task_id_; }
 
  private:
+  friend class TaskWatch;
   std::string task_id_;
+  /// Holds a place under max_subscribers: set by TaskWatch::subscribe,
+  /// cleared by the first of TaskWatch::release and the removal.
+  std::atomic<bool> counted_{false};
 };
 
 /// See the file comment. Thread-safe.
@@ -155,9 +159,22 @@ class TaskWatch {
 
   /// Subscribers registered.
   std::size_t subscribers() const noexcept { return n_subs_.load(); }
+  /// Gives back `sub`'s place under max_subscribers now, before it is
+  /// dropped: a subscriber calls it just before it ends its stream, so that
+  /// a client opening its next stream as soon as it reads the end is not
+  /// refused as over the cap (the drop itself happens a moment later, on
+  /// the delivery thread). Idempotent; the drop does it otherwise.
+  /// Thread-safe.
+  void release_place(TaskSubscriber &sub) noexcept {
+    if (sub.counted_.exchange(false)) --n_subs_;
+  }
 
  private:
   friend class Hold;
+  /// Removes the `finished` subscribers from `subs` (the shard's lock held)
+  /// and gives back their places.
+  void drop_finished(std::vector<std::shared_ptr<TaskSubscriber>> &subs,
+                     const std::vector<TaskSubscriber *> &finished) noexcept;
   struct Entry {
     SnapshotPtr latest;
     std::vector<std::shared_ptr<TaskSubscriber>> subs;
