@@ -25,14 +25,19 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
         last_write_(Clock::now()) {}
 
   /// Pokes the watch when the client has read what was queued and the
-  /// stream had stopped rendering for it (or when the client is gone).
+  /// stream had stopped rendering for it (or when the client is gone: then
+  /// the stream's place under the cap is given back at once, on the
+  /// reactor thread, before the reactor counts the stream closed).
   void attach(TaskWatch &watch) {
     std::weak_ptr<TaskStream> weak = shared_from_this();
     TaskWatch *w = &watch;
     watch_ = w;
     sse_->set_on_drain([weak, w] {
       auto self = weak.lock();
-      if (self && (self->behind_.load() || self->sse_->closed())) w->poke(self->task_id());
+      if (!self) return;
+      const bool gone = self->sse_->closed();
+      if (gone) w->release_place(*self);
+      if (gone || self->behind_.load()) w->poke(self->task_id());
     });
   }
 
