@@ -1656,3 +1656,44 @@ TEST_CASE("a symlink as .tnx-index or .tnx-index.new never makes the store write
   }
   CHECK(slurp(victim) == "precious\n");
 }
+
+TEST_CASE("two open stores on one directory, each saved to and read by many threads at once: both list every Task") {
+  // A save's own index record was applied without reading it back; a read
+  // on another thread of the same store (its catch-up) could read it in
+  // between, and it was applied twice: the store's index offset ran past
+  // the file's end and it missed the other store's records (a fresh-user
+  // pass: two servers, 574 task files, 72 listed).
+  TempDir t;
+  Store a(t.path);
+  Store b(t.path);
+  constexpr int kWriters = 4, kEach = 120;
+  std::atomic<bool> writing{true};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> writers, readers;
+  for (int w = 0; w < kWriters; ++w)
+    for (Store *s : {&a, &b})
+      writers.emplace_back([&, w, s] {
+        const std::string prefix = (s == &a ? "a" : "b") + std::to_string(w) + "-";
+        for (int i = 0; i < kEach; ++i)
+          if (s->save(task(prefix + std::to_string(i), i, "completed")).rc != TNX_OK) ++failed;
+      });
+  for (Store *s : {&a, &b})
+    for (int r = 0; r < 2; ++r)
+      readers.emplace_back([&, s] {
+        while (writing.load()) (void)s->get("a0-0");  // each get catches up with the index first
+      });
+  for (auto &th : writers) th.join();
+  writing = false;
+  for (auto &th : readers) th.join();
+  REQUIRE(failed.load() == 0);
+  const size_t total = size_t{2} * kWriters * kEach;
+  for (Store *s : {&a, &b}) {
+    std::vector<Rec> all = s->list_all(500);
+    CHECK(all.size() == total);
+    size_t first_versions = 0;
+    for (const Rec &r : all) first_versions += r.version == 1;
+    CHECK(first_versions == total);
+  }
+  Store fresh(t.path, TNX_OPEN_READ_ONLY);
+  CHECK(fresh.list_all(500).size() == total);
+}

@@ -2027,10 +2027,14 @@ class FileStore final : public toolnexus::sdk::Store {
   // caller holds append_mu_ and the index lock and has caught up
   // (catch_up_locked), so the file ends at offset_ and nobody else appends:
   // what is written is applied as written, not read back (that took 4
-  // fstat and a pread per save).
+  // fstat and a pread per save). imu_ is held from before the write until
+  // offset_ is past it: a catch_up() of another thread of this process
+  // would otherwise read the new records in between, and they would be
+  // applied twice (offset_ then ran past the file's end, and this process
+  // missed or cut off other processes' records).
   void append_raw_locked(const std::string &records) {
-    write_all_fd(index_fd_, records, path(kIndexName));
     std::unique_lock<std::shared_mutex> l(imu_);
+    write_all_fd(index_fd_, records, path(kIndexName));
     for (size_t off = 0; off < records.size();) {
       uint8_t type = 0;
       std::string_view payload;
