@@ -1096,7 +1096,15 @@ void HttpReactor::stop(int grace_ms) {
       std::lock_guard<std::mutex> lock(m.job_mu);
       quiet = m.jobs.empty() && m.busy_workers.load() == 0;
     }
-    if ((quiet && m.n_streams.load() == 0) || Clock::now() >= deadline) break;
+    if (quiet && m.n_streams.load() == 0) break;
+    if (Clock::now() >= deadline) {
+      if (const unsigned busy = m.busy_workers.load(); busy != 0)
+        m.log.warn("stopping: " + std::to_string(busy) +
+                   " request(s) still being handled after the drain timeout (a blocking SendMessage whose "
+                   "Task runs on its request thread may be waiting for the store); their connections are "
+                   "closed unanswered, and their Tasks finish or fail as the store allows");
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // Give written answers a moment to leave (writes are non-blocking).
