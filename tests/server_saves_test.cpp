@@ -26,10 +26,12 @@ class CountingStore final : public toolnexus::TaskStore {
     toolnexus::StoreInfo i = inner_->info();
     i.scheme = "counting";
     if (durable) i.capabilities |= TNX_CAP_DURABLE | TNX_CAP_PERSISTENT;
+    if (!cas) i.capabilities &= ~uint64_t{TNX_CAP_COMPARE_AND_SET};
     return i;
   }
   explicit CountingStore(bool durable_ = false) : durable(durable_) {}
   const bool durable;  // says TNX_CAP_DURABLE, as file:, sqlite: and postgres do
+  bool cas = true;     // false: says it has no compare-and-set (set before the server starts)
   std::atomic<int> saves{0};
   std::atomic<bool> fail{false};
 
@@ -219,6 +221,19 @@ TEST_CASE("a blocking SendMessage to an executor that runs briefly runs on the r
     CHECK(f.agent->thread_names() == std::set<std::string>{"tnx-http", "tnx-run"});
     // Resuming (a blocking follow-up) is no different: the same rule. The
     // gated agent completes at once, so only a new Task is checked here.
+  }
+  SUBCASE("also on a store without compare-and-set (whose new Tasks are saved before they run)") {
+    auto store = std::make_shared<CountingStore>();
+    store->cas = false;
+    auto agent = std::make_shared<Gated>();
+    agent->brief = true;
+    auto o = test_options();
+    o.store = store;
+    o.executor = agent;
+    auto server = toolnexus::serve(o);
+    Client c(server.url());
+    for (int i = 0; i < 3; ++i) CHECK(state_of(c.send("inline", {}, "")) == "completed");
+    CHECK(agent->thread_names() == std::set<std::string>{"tnx-http"});
   }
   SUBCASE("an executor that may wait always runs on a worker") {
     Fixture f;

@@ -114,10 +114,10 @@
 //   the lead to the first caller queued meanwhile. Callers that arrive
 //   meanwhile queue up for the next batch, so N threads share one fsync
 //   instead of queueing for N. Each caller is woken once (its own Wakeup):
-//   when its request is done, or when it is to lead. If a statement of a batch fails (not a
-//   CAS conflict: an I/O error, a too-big record), the batch is rolled back
-//   and each request is retried in its own transaction, so every caller gets
-//   the outcome of its own request only.
+//   when its request is done, or when it is to lead. If a statement of a
+//   batch fails (not a CAS conflict: an I/O error, a too-big record), the
+//   batch is rolled back and each request is retried in its own
+//   transaction, so every caller gets the outcome of its own request only.
 // - Compare-and-set: inside the write transaction (BEGIN IMMEDIATE holds the
 //   database's write lock against every other connection and process), the
 //   stored version is read, compared with the expected one, and the row
@@ -1055,7 +1055,7 @@ tnx_task_record corrupt_record(sqlite3_stmt *s, bool omit_json, std::string &nam
 // ===========================================================================
 
 /// One save or delete waiting for (or inside) a group commit. Lives on the
-/// stack of the calling thread, which blocks until `done`; its borrowed
+/// stack of the calling thread, which blocks until it is woken; its borrowed
 /// inputs stay valid for that long.
 struct WriteReq {
   bool is_delete = false;
@@ -1069,16 +1069,15 @@ struct WriteReq {
   uint64_t batch_n = 0;
   uint64_t *batch_out = nullptr;
   uint64_t failed = 0;
-  // Results, written by the leader, read by the caller once done is set.
+  // Results, written by the leader, read by the caller once woken.
   tnx_status status = TNX_EINTERNAL;
   std::string message;
   uint64_t version = 0;
-  /// Set (before `wake`) by the leader that ran this request.
-  bool done = false;
   /// Set (before `wake`) when this request's thread is to lead the next
   /// batch, which starts with this request.
   bool lead = false;
-  /// Posted once per done or lead; the last access of any other thread.
+  /// Posted once: when the request was run (results set), or when it is to
+  /// lead; the last access of any other thread.
   toolnexus::plugins::Wakeup wake;
   /// Next request in the queue or batch (intrusive list: queueing and taking
   /// a batch never allocate, so they cannot fail half-way).
@@ -1510,7 +1509,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
       }
       for (WriteReq *q = first; q != nullptr;) {
         WriteReq *next = q->next;  // read before the wake lets the owner return
-        q->done = true;
         if (q != &r) q->wake.post();
         q = next;
       }

@@ -316,6 +316,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
                            bool defer_save) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
+  const bool caller_waits = defer_save;
   defer_save = defer_save && cas_;
   Task t;
   auto &a = t.allocator();
@@ -350,7 +351,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     active->unsaved = snap;
   }
   Task result = snap.task;
-  run_or_enqueue(WorkItem{id, std::move(active), std::move(snap)}, defer_save);
+  run_or_enqueue(WorkItem{id, std::move(active), std::move(snap)}, caller_waits);
   return result;
 }
 

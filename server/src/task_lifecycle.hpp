@@ -173,11 +173,12 @@ class TaskLifecycle {
   /// once, with its outcome (or when its run lasts longer than
   /// progress_interval_ms, or reports progress, or the caller asks with
   /// persist()). Nothing about it is acknowledged before it is saved, so a
-  /// crash meanwhile loses nothing a client was told. Ignored on a store
-  /// without compare-and-set. It also means the caller waits for the
-  /// outcome: when the executor runs_briefly() and fewer than `workers`
-  /// runs are in progress, the Task runs on the calling thread before
-  /// create() returns (see run_or_enqueue()).
+  /// crash meanwhile loses nothing a client was told. The deferred save is
+  /// skipped on a store without compare-and-set (the Task is saved first).
+  /// On any store it also means the caller waits for the outcome: when the
+  /// executor runs_briefly() and fewer than `workers` runs are in progress,
+  /// the Task runs on the calling thread before create() returns (see
+  /// run_or_enqueue()).
   Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
               std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {},
               bool defer_save = false);
