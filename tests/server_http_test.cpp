@@ -1,4 +1,4 @@
-// The HTTP connection layer (server/src/http_reactor.hpp): message framing
+// The HTTP connection layer (server/src/wire/http_reactor.hpp): message framing
 // errors answer 400/413/431/501 instead of reaching the JSON-RPC parser,
 // pipelined requests are answered in order, 100-continue, HTTP/1.0, and
 // slow clients (slowloris) neither hold the request threads nor stop the

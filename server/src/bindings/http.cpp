@@ -1,0 +1,338 @@
+// The HTTP routes: JSON-RPC at POST /, the Agent Card, the HTTP+JSON
+// binding; served by the reactor (http_reactor.hpp).
+#include "bindings/http.hpp"
+
+#include "wire/http_reactor.hpp"
+#include "bindings/rest.hpp"
+#include "common/util.hpp"
+
+
+#include <Poco/Exception.h>
+#include <Poco/Net/IPAddress.h>
+#include <Poco/Net/NetException.h>
+#include <Poco/Net/ServerSocket.h>
+#include <Poco/Net/SocketAddress.h>
+#include <Poco/URI.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace toolnexus::server_detail {
+
+void split_listen(const std::string &listen, std::string &host, uint16_t &port) {
+  const auto bad = [&](const std::string &why) {
+    return std::invalid_argument("invalid listen address '" + listen + "': " + why +
+                                 " (expected HOST:PORT, [IPV6]:PORT or :PORT)");
+  };
+  std::string port_text;
+  if (!listen.empty() && listen.front() == '[') {
+    const auto close = listen.find(']');
+    if (close == std::string::npos || close + 1 >= listen.size() || listen[close + 1] != ':')
+      throw bad("unterminated IPv6 address");
+    host = listen.substr(1, close - 1);
+    port_text = listen.substr(close + 2);
+  } else {
+    const auto colon = listen.rfind(':');
+    if (colon == std::string::npos) throw bad("no port");
+    host = listen.substr(0, colon);
+    port_text = listen.substr(colon + 1);
+    if (host.find(':') != std::string::npos) throw bad("IPv6 addresses go in brackets");
+  }
+  if (host.empty()) host = "0.0.0.0";
+  if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("the port must be a number");
+  const unsigned long p = std::stoul(port_text);
+  if (p > 65535) throw bad("the port must be 0..65535");
+  port = static_cast<uint16_t>(p);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reused per worker thread.
+// Answers larger than this are followed by malloc_trim (see Router::handle).
+constexpr std::size_t kTrimAfterBytes = 1 << 20;
+
+struct ThreadBuffers {
+  ResponseWriter out;
+  std::string method;
+  std::string answer;
+};
+
+ThreadBuffers &buffers() {
+  thread_local ThreadBuffers b;
+  return b;
+}
+
+HttpReply json_reply(int status, std::string_view json) {
+  HttpReply r;
+  r.status = status;
+  r.body.assign(json.data(), json.size());
+  return r;
+}
+
+// The decoded query parameters of the request URI (empty when it has none
+// or they cannot be decoded).
+std::vector<std::pair<std::string, std::string>> query_of(const std::string &uri) {
+  if (uri.find('?') == std::string::npos) return {};
+  try {
+    return Poco::URI(uri).getQueryParameters();
+  } catch (const Poco::Exception &) {
+    return {};
+  }
+}
+
+// The A2A-Version service parameter: the header, else the query parameter
+// (A2A v1.0 section 3.6).
+std::string a2a_version_of(const HttpRequest &req, const std::vector<std::pair<std::string, std::string>> &query) {
+  const std::string &header = req.head.get("A2A-Version", Poco::Net::HTTPMessage::EMPTY);
+  if (!header.empty()) return header;
+  for (const auto &[name, value] : query)
+    if (name == "A2A-Version" || name == "a2a-version") return value;
+  return {};
+}
+
+// A body's Content-Type is JSON (application/json or application/a2a+json,
+// any parameters), or absent.
+bool json_content_type(const HttpRequest &req) {
+  std::string_view ct = req.head.getContentType();
+  ct = ct.substr(0, ct.find(';'));
+  while (!ct.empty() && ct.back() == ' ') ct.remove_suffix(1);
+  if (ct.empty()) return true;
+  std::string lower(ct);
+  for (char &c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "application/json" || lower == "application/a2a+json";
+}
+
+// This server's side of a connection, as the card's url needs it. An
+// IPv4-mapped IPv6 address (a dual-stack listener) reads as IPv4.
+void describe_local(const Poco::Net::SocketAddress &local, CardRequest &how) {
+  if (local.port() == 0) return;
+  Poco::Net::IPAddress ip = local.host();
+  if (ip.family() == Poco::Net::AddressFamily::IPv6 && ip.isIPv4Mapped())
+    ip = Poco::Net::IPAddress(static_cast<const unsigned char *>(ip.addr()) + 12, 4);
+  if (ip.isWildcard()) return;
+  how.local_addr = ip.toString();
+  how.local_port = local.port();
+  how.loopback = ip.isLoopback();
+  const bool v6 = ip.family() == Poco::Net::AddressFamily::IPv6;
+  how.local = (v6 ? "[" + how.local_addr + "]" : how.local_addr) + ":" + std::to_string(how.local_port);
+}
+
+class Router {
+ public:
+  Router(const HttpServices &s, const std::string &fallback) : s_(s), fallback_(fallback) {}
+
+  void handle(HttpRequest &req, Responder &out) {
+    const auto started = Clock::now();
+    ThreadBuffers &b = buffers();
+    b.method.clear();
+    std::string principal;
+    int status = 0;
+    const std::string &m = req.head.getMethod();
+    const std::string_view path = req.path;
+    if (path == "/") {
+      status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, out, b, principal) : not_found(out);
+    } else if ((path == "/.well-known/agent-card.json" || path == "/.well-known/agent.json") &&
+               (m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD)) {
+      status = card(req, out);
+    } else {
+      RestRoute route;
+      std::string allow;
+      switch (match_rest_route(m, path, route, allow)) {
+        case RestMatch::matched: status = rest(req, out, b, principal, route); break;
+        case RestMatch::method_not_allowed: status = method_not_allowed(req, out, allow); break;
+        case RestMatch::not_found: status = not_found(out); break;
+      }
+    }
+    // The answer has been copied out: a large one's buffers are freed now,
+    // not when this thread next serves a request (see ResponseWriter::reset).
+    const bool large = b.out.bytes().size() > kTrimAfterBytes || b.answer.capacity() > kTrimAfterBytes;
+    b.out.reset();
+    if (b.answer.capacity() > 256 * 1024) std::string().swap(b.answer);
+    // glibc keeps what a request thread freed in that thread's arena; after
+    // a Task of megabytes (its record, parsed tree, view and answer) 64 such
+    // requests at once left ~900 MB resident for good. Handing the free
+    // pages back costs a walk of the arenas, so only after a large answer.
+    if (large) release_free_memory();
+    if (s_.log->enabled(LogLevel::debug)) {
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+      std::string line = m + " " + std::string(path.substr(0, 200));
+      if (!b.method.empty()) line += " " + b.method.substr(0, 100);
+      line += " " + std::to_string(status) + " " + std::to_string(ms) + "ms";
+      if (!principal.empty()) line += " principal=" + principal;
+      s_.log->debug(line);
+    }
+  }
+
+ private:
+  int not_found(Responder &out) {
+    out.reply(http_error_reply(404, "not found: POST / for JSON-RPC, GET /.well-known/agent-card.json for the card, "
+                                    "/message:send, /tasks, /tasks/{id} and /tasks/{id}:cancel for HTTP+JSON"));
+    return 404;
+  }
+
+  int method_not_allowed(HttpRequest &req, Responder &out, const std::string &allow) {
+    HttpReply r = http_error_reply(405, req.head.getMethod() + " is not allowed here; this path takes " + allow);
+    r.headers.emplace_back("Allow", allow);
+    out.reply(std::move(r));
+    return 405;
+  }
+
+  // Bearer authentication; on failure the 401 is sent and false returned.
+  bool authenticate(HttpRequest &req, Responder &out, std::string &principal) {
+    if (!s_.auth->enabled()) return true;
+    auto who = s_.auth->authenticate(req.head.get("Authorization", ""));
+    if (!who) {
+      HttpReply r = http_error_reply(401, "this agent requires Authorization: Bearer <token> (see the agent card's "
+                                          "securitySchemes)");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"toolnexus\"");
+      out.reply(std::move(r));
+      return false;
+    }
+    principal = std::move(*who);
+    return true;
+  }
+
+  // The HTTP+JSON binding (A2A v1.0 section 11).
+  int rest(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal, const RestRoute &route) {
+    if (!authenticate(req, out, principal)) return 401;
+    b.method = "REST ";
+    b.method += req.head.getMethod();
+    const auto query = query_of(req.head.getURI());
+    const std::string version = a2a_version_of(req, query);
+    const std::optional<Dialect> dialect = dialect_for_version(version, Dialect::v1_0);
+    int status = 0;
+    if (dialect != Dialect::v1_0) {
+      status = write_rest_error(
+          Failure{rpc_code::kVersionNotSupported,
+                  "A2A-Version '" + version.substr(0, 32) +
+                      "' is not supported on the HTTP+JSON binding, which speaks A2A 1.0 (A2A 0.3 clients "
+                      "use JSON-RPC: POST /)",
+                  "A2A-Version"},
+          b.answer);
+    } else if (req.has_body && !json_content_type(req)) {
+      status = write_rest_error(Failure{rpc_code::kContentTypeNotSupported,
+                                        "Content-Type '" + req.head.getContentType().substr(0, 100) +
+                                            "' is not supported; send application/json",
+                                        "Content-Type"},
+                                b.answer);
+    } else {
+      CallContext call;
+      call.principal = principal;
+      call.dialect = Dialect::v1_0;
+      std::optional<StreamPlan> plan;
+      status = serve_rest(*s_.methods, route, query, req.body, s_.limits.max_json_depth, std::move(call), b.out,
+                          b.answer, req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan);
+      if (plan) {
+        open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
+        return 200;
+      }
+    }
+    out.reply(json_reply(status, b.answer));
+    return status;  // handle() frees a large answer's buffers (and trims after it)
+  }
+
+  int card(HttpRequest &req, Responder &out) {
+    const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
+    CardRequest how;
+    how.host = req.head.get("Host", empty);
+    how.forwarded = req.head.get("Forwarded", empty);
+    how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
+    how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
+    describe_local(req.local, how);
+    HttpReply r = json_reply(200, agent_card_json(*s_.card, card_url(s_.card->options, how, fallback_)));
+    r.head_only = req.head.getMethod() == Poco::Net::HTTPRequest::HTTP_HEAD;
+    out.reply(std::move(r));
+    return 200;
+  }
+
+  int rpc(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal) {
+    if (!authenticate(req, out, principal)) return 401;
+    const std::string version = a2a_version_of(req, query_of(req.head.getURI()));
+    std::optional<StreamPlan> plan;
+    bool is_stream = false;
+    Dialect dialect = Dialect::v0_3;
+    s_.methods->handle(req.body, version, principal, b.out, b.method,
+                       req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect);
+    if (plan) {
+      open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
+    } else if (is_stream) {
+      answer_stream_error(out, dialect, b.out.bytes());
+    } else {
+      out.reply(json_reply(200, b.out.bytes()));
+    }
+    return 200;
+  }
+
+  const HttpServices &s_;
+  const std::string &fallback_;
+};
+
+}  // namespace
+
+struct HttpFrontend::Impl {
+  HttpServices services;
+  std::string fallback_hostport;
+  std::unique_ptr<Router> router;
+  std::unique_ptr<HttpReactor> reactor;
+  bool started = false;
+};
+
+HttpFrontend::HttpFrontend(const std::string &host, uint16_t port, HttpServices services)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->services = std::move(services);
+  const ServerLimits &l = impl_->services.limits;
+  Poco::Net::ServerSocket socket;
+  try {
+    Poco::Net::SocketAddress addr(host, port);
+    socket.bind(addr, /*reuseAddress=*/true, /*reusePort=*/false);
+    socket.listen(static_cast<int>(std::min<unsigned>(l.max_queued_connections, 4096)));
+  } catch (const Poco::Exception &e) {
+    throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + e.displayText());
+  }
+  port_ = socket.address().port();
+  impl_->fallback_hostport = impl_->services.fallback_host + ":" + std::to_string(port_);
+  impl_->router = std::make_unique<Router>(impl_->services, impl_->fallback_hostport);
+  ReactorLimits rl;
+  rl.max_header_bytes = l.max_header_bytes;
+  rl.max_body_bytes = l.max_body_bytes;
+  rl.header_timeout_ms = l.header_timeout_ms;
+  rl.body_deadline_ms = l.body_deadline_ms;
+  rl.keep_alive_timeout_ms = l.keep_alive_timeout_ms;
+  rl.read_timeout_ms = l.read_timeout_ms;
+  rl.write_timeout_ms = l.read_timeout_ms;
+  rl.stream_stall_ms = l.stream_stall_ms;
+  rl.workers = l.max_connections;
+  rl.max_queued_requests = l.max_queued_connections;
+  rl.max_open_connections = l.max_open_connections;
+  rl.server_name = std::string("toolnexus/") + server_version();
+  Router *router = impl_->router.get();
+  impl_->reactor = std::make_unique<HttpReactor>(
+      std::move(socket), rl, [router](HttpRequest &req, Responder &out) { router->handle(req, out); },
+      *impl_->services.log);
+}
+
+HttpFrontend::~HttpFrontend() {
+  try {
+    stop(2000);
+  } catch (...) {
+  }
+}
+
+void HttpFrontend::start() {
+  if (impl_->started) return;
+  impl_->reactor->start();
+  impl_->started = true;
+}
+
+std::size_t HttpFrontend::open_connections() const noexcept { return impl_->reactor->open_connections(); }
+std::size_t HttpFrontend::open_streams() const noexcept { return impl_->reactor->open_streams(); }
+
+void HttpFrontend::stop(int grace_ms) {
+  if (impl_->reactor) impl_->reactor->stop(grace_ms);
+}
+
+}  // namespace toolnexus::server_detail

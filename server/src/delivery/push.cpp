@@ -1,0 +1,701 @@
+// Push notifications: configs stored with the Task, delivery with retries
+// (see push.hpp).
+#include "delivery/push.hpp"
+
+#include "wire/jsonrpc.hpp"
+#include "wire/sse.hpp"
+#include "domain/task_lifecycle.hpp"
+#include "common/util.hpp"
+
+#include <Poco/Exception.h>
+#include <Poco/Net/Context.h>
+#include <Poco/Net/DNS.h>
+#include <Poco/Net/HTTPClientSession.h>
+#include <Poco/Net/HTTPRequest.h>
+#include <Poco/Net/HTTPResponse.h>
+#include <Poco/Net/HTTPSClientSession.h>
+#include <Poco/Net/HostEntry.h>
+#include <Poco/Net/SecureStreamSocket.h>
+#include <Poco/Net/SocketAddress.h>
+#include <Poco/URI.h>
+
+#include <algorithm>
+#include <cstring>
+#include <istream>
+#include <random>
+
+namespace toolnexus::server_detail {
+
+namespace ts = toolnexus::task_state;
+
+namespace {
+
+[[noreturn]] void bad(const std::string &field, const std::string &what) {
+  throw RpcError(rpc_code::kInvalidParams, "invalid params: " + field + " " + what, field);
+}
+
+// Does `a` lie in net/prefix? (Same family only.)
+bool in_range(const Poco::Net::IPAddress &a, const Poco::Net::IPAddress &net, unsigned prefix) {
+  if (a.family() != net.family()) return false;
+  const auto *x = static_cast<const unsigned char *>(a.addr());
+  const auto *y = static_cast<const unsigned char *>(net.addr());
+  const unsigned bytes = prefix / 8, bits = prefix % 8;
+  if (std::memcmp(x, y, bytes) != 0) return false;
+  if (bits == 0) return true;
+  const unsigned char mask = static_cast<unsigned char>(0xff << (8 - bits));
+  return (x[bytes] & mask) == (y[bytes] & mask);
+}
+
+struct Refused {
+  const char *net;
+  unsigned prefix;
+  const char *why;
+};
+
+// Ranges a webhook may not reach unless allowed (A2A v1.0 section 13.2;
+// IANA special-purpose registries, RFC 6890).
+const Refused kRefused[] = {
+    {"0.0.0.0", 8, "an unspecified (this-network) address"},
+    {"127.0.0.0", 8, "a loopback address"},
+    {"10.0.0.0", 8, "a private address"},
+    {"172.16.0.0", 12, "a private address"},
+    {"192.168.0.0", 16, "a private address"},
+    {"100.64.0.0", 10, "a shared (carrier-grade NAT) address"},
+    {"169.254.0.0", 16, "a link-local address"},
+    {"192.0.0.0", 24, "an IETF protocol address"},
+    {"192.0.2.0", 24, "a documentation address"},
+    {"198.18.0.0", 15, "a benchmarking address"},
+    {"198.51.100.0", 24, "a documentation address"},
+    {"203.0.113.0", 24, "a documentation address"},
+    {"224.0.0.0", 4, "a multicast address"},
+    {"240.0.0.0", 4, "a reserved address"},
+    {"::", 128, "the unspecified address"},
+    {"::1", 128, "a loopback address"},
+    {"fc00::", 7, "a unique-local (private) address"},
+    {"fe80::", 10, "a link-local address"},
+    {"fec0::", 10, "a site-local (private) address"},
+    {"ff00::", 8, "a multicast address"},
+    {"2001:db8::", 32, "a documentation address"},
+    {"64:ff9b::", 96, "a NAT64 address (it reaches IPv4 space)"},
+};
+
+// scheme://host:port of a webhook URL, for logs (its path and query may
+// carry secrets).
+std::string origin(std::string_view url) {
+  try {
+    Poco::URI u{std::string(url)};
+    return u.getScheme() + "://" + u.getHost() + ":" + std::to_string(u.getPort());
+  } catch (const Poco::Exception &) {
+    return "(a webhook)";
+  }
+}
+
+std::string lower(std::string s) {
+  for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+rapidjson::Value *configs_of(Task &task) {
+  rapidjson::Value *md = find(task.json(), "metadata");
+  if (md == nullptr || !md->IsObject()) return nullptr;
+  rapidjson::Value *push = find(*md, kPushKey);
+  if (push == nullptr || !push->IsObject()) return nullptr;
+  rapidjson::Value *c = find(*push, "configs");
+  return c != nullptr && c->IsArray() ? c : nullptr;
+}
+
+const rapidjson::Value *configs_of(const Task &task) {
+  const rapidjson::Value *push = task_metadata(task, kPushKey);
+  if (push == nullptr || !push->IsObject()) return nullptr;
+  const rapidjson::Value *c = find(*push, "configs");
+  return c != nullptr && c->IsArray() ? c : nullptr;
+}
+
+uint64_t u64(const rapidjson::Value &obj, std::string_view name) {
+  const rapidjson::Value *v = find(obj, name);
+  return v != nullptr && v->IsUint64() ? v->GetUint64() : 0;
+}
+
+PushConfig config_from_stored(const rapidjson::Value &c) {
+  PushConfig p;
+  p.id = std::string(str(find(c, "id")));
+  p.url = std::string(str(find(c, "url")));
+  p.token = std::string(str(find(c, "token")));
+  if (const rapidjson::Value *a = find(c, "authentication"); a != nullptr && a->IsObject()) {
+    p.scheme = std::string(str(find(*a, "scheme")));
+    p.credentials = std::string(str(find(*a, "credentials")));
+  }
+  p.dialect = str(find(c, "dialect")) == "0.3" ? Dialect::v0_3 : Dialect::v1_0;
+  return p;
+}
+
+// A config has a delivery due: events after "delivered", and it has not
+// given up on them (a config that gave up takes events newer than those).
+bool due(const rapidjson::Value &c, uint64_t seq) {
+  const uint64_t delivered = u64(c, "delivered");
+  if (delivered >= seq) return false;
+  const rapidjson::Value *gave = find(c, "gaveUp");
+  if (gave != nullptr && gave->IsBool() && gave->GetBool()) return seq > u64(c, "gaveUpSeq");
+  return true;
+}
+
+int64_t next_attempt_us(const rapidjson::Value &c) {
+  int64_t us = 0;
+  const std::string_view t = str(find(c, "nextAttemptAt"));
+  if (!t.empty() && parse_timestamp(t, us)) return us;
+  return 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Targets
+// ---------------------------------------------------------------------------
+
+TargetPolicy::TargetPolicy(const std::vector<std::string> &allow) {
+  for (const std::string &entry : allow) {
+    if (entry == "*") {
+      any_ = true;
+      continue;
+    }
+    const auto slash = entry.find('/');
+    Poco::Net::IPAddress net;
+    if (!Poco::Net::IPAddress::tryParse(entry.substr(0, slash), net))
+      throw std::invalid_argument("push.allow_targets: '" + entry + "' is not an IP address or CIDR range");
+    const unsigned max = net.family() == Poco::Net::AddressFamily::IPv4 ? 32 : 128;
+    unsigned prefix = max;
+    if (slash != std::string::npos) {
+      const std::string p = entry.substr(slash + 1);
+      if (p.empty() || p.size() > 3 || p.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(p) > max)
+        throw std::invalid_argument("push.allow_targets: '" + entry + "' has a bad prefix length");
+      prefix = static_cast<unsigned>(std::stoul(p));
+    }
+    allow_.emplace_back(net, prefix);
+  }
+}
+
+std::string TargetPolicy::refusal(const Poco::Net::IPAddress &addr) const {
+  Poco::Net::IPAddress a = addr;
+  // An IPv4-mapped IPv6 address is judged as the IPv4 address it maps.
+  if (a.family() == Poco::Net::AddressFamily::IPv6 && a.isIPv4Mapped()) {
+    const auto *b = static_cast<const unsigned char *>(a.addr());
+    a = Poco::Net::IPAddress(b + 12, 4);
+  }
+  if (any_) return {};
+  for (const auto &[net, prefix] : allow_)
+    if (in_range(a, net, prefix)) return {};
+  for (const Refused &r : kRefused) {
+    Poco::Net::IPAddress net(r.net);
+    if (in_range(a, net, r.prefix)) return r.why;
+  }
+  return {};
+}
+
+std::vector<Poco::Net::IPAddress> TargetPolicy::addresses(const std::string &host) const {
+  std::vector<Poco::Net::IPAddress> all;
+  Poco::Net::IPAddress literal;
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (Poco::Net::IPAddress::tryParse(h, literal)) {
+    all.push_back(literal);
+  } else {
+    try {
+      const Poco::Net::HostEntry he = Poco::Net::DNS::resolve(h);
+      all = he.addresses();
+    } catch (const Poco::Exception &e) {
+      throw std::runtime_error("cannot resolve '" + h + "': " + e.displayText());
+    }
+  }
+  std::vector<Poco::Net::IPAddress> ok;
+  std::string first_refusal;
+  for (const auto &a : all) {
+    const std::string why = refusal(a);
+    if (why.empty()) ok.push_back(a);
+    else if (first_refusal.empty()) first_refusal = a.toString() + " is " + why;
+  }
+  if (ok.empty()) {
+    if (first_refusal.empty()) throw std::runtime_error("'" + h + "' has no address");
+    throw std::runtime_error("'" + h + "' resolves to " + first_refusal +
+                             ", which push notifications may not reach (an operator can allow it with "
+                             "push.allow_targets)");
+  }
+  return ok;
+}
+
+// ---------------------------------------------------------------------------
+// Configs
+// ---------------------------------------------------------------------------
+
+PushConfig read_push_config(const rapidjson::Value &v, Dialect d, const std::string &field,
+                            const TargetPolicy &policy) {
+  if (!v.IsObject()) bad(field, "must be an object");
+  PushConfig c;
+  c.dialect = d;
+  const rapidjson::Value *url = find(v, "url");
+  if (url == nullptr || !url->IsString() || url->GetStringLength() == 0) bad(field + ".url", "is required");
+  c.url.assign(url->GetString(), url->GetStringLength());
+  if (c.url.size() > 2048) bad(field + ".url", "is longer than 2048 bytes");
+  Poco::URI uri;
+  try {
+    uri = Poco::URI(c.url);
+  } catch (const Poco::Exception &e) {
+    bad(field + ".url", "is not a URL: " + e.message());
+  }
+  const std::string scheme = lower(uri.getScheme());
+  if (scheme != "http" && scheme != "https") bad(field + ".url", "must be an http or https URL");
+  if (uri.getHost().empty()) bad(field + ".url", "has no host");
+  if (!uri.getUserInfo().empty()) bad(field + ".url", "must not hold credentials (use authentication)");
+  try {
+    policy.addresses(uri.getHost());
+  } catch (const std::exception &e) {
+    bad(field + ".url", std::string("is refused: ") + e.what());
+  }
+  if (const rapidjson::Value *id = find(v, "id"); id != nullptr && !id->IsNull()) {
+    if (!id->IsString() || id->GetStringLength() == 0 || id->GetStringLength() > 256)
+      bad(field + ".id", "must be a non-empty string of at most 256 bytes");
+    c.id.assign(id->GetString(), id->GetStringLength());
+  }
+  if (c.id.empty()) c.id = new_uuid();
+  if (const rapidjson::Value *t = find(v, "token"); t != nullptr && !t->IsNull()) {
+    if (!t->IsString() || t->GetStringLength() > 4096) bad(field + ".token", "must be a string of at most 4096 bytes");
+    c.token.assign(t->GetString(), t->GetStringLength());
+  }
+  if (const rapidjson::Value *a = find(v, "authentication"); a != nullptr && !a->IsNull()) {
+    if (!a->IsObject()) bad(field + ".authentication", "must be an object");
+    if (const rapidjson::Value *s = find(*a, "scheme"); s != nullptr && s->IsString()) {
+      c.scheme.assign(s->GetString(), s->GetStringLength());
+    } else if (const rapidjson::Value *ss = find(*a, "schemes"); ss != nullptr && ss->IsArray() && !ss->Empty() &&
+                                                                  (*ss)[0].IsString()) {
+      c.scheme.assign((*ss)[0].GetString(), (*ss)[0].GetStringLength());
+    } else {
+      bad(field + ".authentication", d == Dialect::v1_0 ? "needs a \"scheme\" (e.g. \"Bearer\")"
+                                                        : "needs \"schemes\" (e.g. [\"Bearer\"])");
+    }
+    if (c.scheme.empty() || c.scheme.find_first_of(" \r\n") != std::string::npos)
+      bad(field + ".authentication.scheme", "must be one word (e.g. \"Bearer\")");
+    if (const rapidjson::Value *cr = find(*a, "credentials"); cr != nullptr && !cr->IsNull()) {
+      if (!cr->IsString() || cr->GetStringLength() > 8192)
+        bad(field + ".authentication.credentials", "must be a string of at most 8192 bytes");
+      c.credentials.assign(cr->GetString(), cr->GetStringLength());
+    }
+  }
+  if (c.token.find_first_of("\r\n") != std::string::npos || c.credentials.find_first_of("\r\n") != std::string::npos)
+    bad(field, "must not hold line breaks in token or credentials");
+  return c;
+}
+
+void put_push_config(Task &task, const PushConfig &cfg, uint64_t delivered_seq, std::size_t max_configs) {
+  auto &a = task.allocator();
+  if (configs_of(task) == nullptr) {
+    rapidjson::Value push(rapidjson::kObjectType);
+    push.AddMember("configs", rapidjson::Value(rapidjson::kArrayType), a);
+    set_task_metadata(task, kPushKey, std::move(push));
+  }
+  rapidjson::Value &configs = *configs_of(task);
+  rapidjson::Value c(rapidjson::kObjectType);
+  c.AddMember("id", make_string(cfg.id, a), a);
+  c.AddMember("url", make_string(cfg.url, a), a);
+  if (!cfg.token.empty()) c.AddMember("token", make_string(cfg.token, a), a);
+  if (!cfg.scheme.empty()) {
+    rapidjson::Value auth(rapidjson::kObjectType);
+    auth.AddMember("scheme", make_string(cfg.scheme, a), a);
+    if (!cfg.credentials.empty()) auth.AddMember("credentials", make_string(cfg.credentials, a), a);
+    c.AddMember("authentication", auth, a);
+  }
+  c.AddMember("dialect", make_string(dialect_name(cfg.dialect), a), a);
+  c.AddMember("delivered", delivered_seq, a);
+  for (auto &existing : configs.GetArray()) {
+    if (str(find(existing, "id")) == cfg.id) {
+      existing = c;
+      return;
+    }
+  }
+  if (configs.Size() >= max_configs)
+    throw RpcError(rpc_code::kInvalidParams,
+                   "invalid params: Task '" + std::string(task.id()) + "' has " + std::to_string(configs.Size()) +
+                       " push notification configs already, the most it may have (push.max_configs_per_task)");
+  configs.PushBack(c, a);
+}
+
+std::vector<PushConfig> push_configs(const Task &task) {
+  std::vector<PushConfig> out;
+  if (const rapidjson::Value *configs = configs_of(task))
+    for (const auto &c : configs->GetArray())
+      if (c.IsObject()) out.push_back(config_from_stored(c));
+  return out;
+}
+
+bool remove_push_config(Task &task, std::string_view id) {
+  rapidjson::Value *configs = configs_of(task);
+  if (configs == nullptr) return false;
+  for (auto it = configs->Begin(); it != configs->End(); ++it) {
+    if (str(find(*it, "id")) == id) {
+      configs->Erase(it);
+      if (configs->Empty()) remove_task_metadata(task, kPushKey);
+      return true;
+    }
+  }
+  return false;
+}
+
+void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view task_id, std::string_view tenant,
+                       Dialect d) {
+  auto put = [&](const char *k, std::string_view v) {
+    w.Key(k);
+    w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+  };
+  if (d == Dialect::v1_0) {
+    w.StartObject();
+    if (!tenant.empty()) put("tenant", tenant);
+    put("id", cfg.id);
+    put("taskId", task_id);
+    put("url", cfg.url);
+    if (!cfg.token.empty()) put("token", cfg.token);
+    if (!cfg.scheme.empty()) {
+      w.Key("authentication");
+      w.StartObject();
+      put("scheme", cfg.scheme);
+      w.EndObject();
+    }
+    w.EndObject();
+    return;
+  }
+  w.StartObject();
+  put("taskId", task_id);
+  w.Key("pushNotificationConfig");
+  w.StartObject();
+  put("id", cfg.id);
+  put("url", cfg.url);
+  if (!cfg.token.empty()) put("token", cfg.token);
+  if (!cfg.scheme.empty()) {
+    w.Key("authentication");
+    w.StartObject();
+    w.Key("schemes");
+    w.StartArray();
+    w.String(cfg.scheme.data(), static_cast<rapidjson::SizeType>(cfg.scheme.size()));
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndObject();
+  w.EndObject();
+}
+
+// ---------------------------------------------------------------------------
+// Delivery
+// ---------------------------------------------------------------------------
+
+PushDeliverer::PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, const Logger &log)
+    : lifecycle_(lifecycle), options_(std::move(options)), log_(log), policy_(options_.allow_targets) {}
+
+PushDeliverer::~PushDeliverer() { stop(); }
+
+void PushDeliverer::start() {
+  if (started_) return;
+  started_ = true;
+  const unsigned n = std::max(1u, options_.workers);
+  for (unsigned i = 0; i < n; ++i) workers_.push_back(start_named_thread("tnx-push", [this] { worker_loop(); }));
+  sweeper_ = start_named_thread("tnx-push-sweep", [this] { sweep_loop(); });
+}
+
+void PushDeliverer::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sweep_cv_.notify_all();
+  for (auto &w : workers_) w.join();
+  workers_.clear();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void PushDeliverer::schedule(const std::string &id, Clock::time_point when) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    auto it = scheduled_.find(id);
+    if (it != scheduled_.end()) {
+      if (it->second <= when) return;
+      for (auto d = due_.equal_range(it->second); d.first != d.second; ++d.first) {
+        if (d.first->second == id) {
+          due_.erase(d.first);
+          break;
+        }
+      }
+    }
+    scheduled_[id] = when;
+    due_.emplace(when, id);
+  }
+  // Every worker recomputes its wait: one sleeping until a later item
+  // must see this earlier one.
+  cv_.notify_all();
+}
+
+void PushDeliverer::notify(const Snapshot &snap) {
+  const rapidjson::Value *configs = configs_of(snap.task);
+  if (configs == nullptr) return;
+  const uint64_t seq = event_seq(snap.task);
+  int64_t earliest = INT64_MAX;
+  for (const auto &c : configs->GetArray()) {
+    if (!c.IsObject() || !due(c, seq)) continue;
+    earliest = std::min(earliest, next_attempt_us(c));
+  }
+  if (earliest == INT64_MAX) return;
+  const int64_t wait_us = std::max<int64_t>(0, earliest - now_us());
+  schedule(std::string(snap.task.id()), Clock::now() + std::chrono::microseconds(wait_us));
+}
+
+void PushDeliverer::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (due_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    auto it = due_.begin();
+    if (it->first > Clock::now()) {
+      // A copy: another thread may erase the entry while this one waits.
+      const Clock::time_point when = it->first;
+      cv_.wait_until(lock, when);
+      continue;
+    }
+    const std::string id = it->second;
+    due_.erase(it);
+    scheduled_.erase(id);
+    if (!in_flight_.insert(id).second) {
+      // Another worker delivers it now; look again shortly after.
+      scheduled_[id] = Clock::now() + std::chrono::milliseconds(50);
+      due_.emplace(scheduled_[id], id);
+      continue;
+    }
+    lock.unlock();
+    try {
+      deliver(id);
+    } catch (const std::exception &e) {
+      log_.error("push delivery of Task '" + id + "' failed: " + e.what());
+    }
+    lock.lock();
+    in_flight_.erase(id);
+  }
+}
+
+void PushDeliverer::sweep_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      sweep();
+    } catch (const std::exception &e) {
+      log_.warn(std::string("push sweep failed: ") + e.what());
+    }
+    lock.lock();
+    sweep_cv_.wait_for(lock, std::chrono::milliseconds(std::max(10, options_.sweep_interval_ms)),
+                       [this] { return stopping_; });
+  }
+}
+
+void PushDeliverer::sweep() {
+  // Candidates: Tasks whose status changed within the give-up window, and
+  // running ones (whose artifacts may be newer than their status).
+  std::vector<ListQuery> queries;
+  ListQuery recent;
+  recent.after_us = now_us() - int64_t{options_.give_up_after_ms} * 1000;
+  queries.push_back(recent);
+  for (const std::string_view state : {ts::kSubmitted, ts::kWorking}) {
+    ListQuery q;
+    q.state = std::string(state);
+    queries.push_back(q);
+  }
+  for (ListQuery &q : queries) {
+    q.page_size = 200;
+    q.deliver_corrupt = true;
+    do {
+      ListPage page = lifecycle_.store()->list(q);
+      for (TaskRecord &rec : page.records) {
+        if (rec.version == 0 || rec.json.find(kPushKey) == std::string::npos) continue;
+        try {
+          Snapshot s;
+          s.task = rec.task();
+          s.version = rec.version;
+          notify(s);
+        } catch (const std::exception &) {
+        }
+      }
+      q.cursor = page.next_cursor;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    } while (!q.cursor.empty());
+  }
+}
+
+void PushDeliverer::deliver(const std::string &id) {
+  std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
+  if (!rec) return;
+  const Task task = rec->task();
+  const rapidjson::Value *configs = configs_of(task);
+  if (configs == nullptr) return;
+  const uint64_t seq = event_seq(task);
+  const int64_t now = now_us();
+
+  struct Outcome {
+    std::string id;
+    uint64_t delivered = 0;  // highest seq acknowledged
+    std::string error;       // "" = all sent
+  };
+  std::vector<Outcome> outcomes;
+  for (const auto &c : configs->GetArray()) {
+    if (!c.IsObject() || !due(c, seq) || next_attempt_us(c) > now) continue;
+    const PushConfig cfg = config_from_stored(c);
+    Outcome o;
+    o.id = cfg.id;
+    o.delivered = u64(c, "delivered");
+    // The payloads, in order: v1.0 one StreamResponse per event (or the
+    // Task when the events left the timeline); v0.3 the Task.
+    std::vector<std::pair<uint64_t, std::string>> bodies;
+    FrameStyle style;
+    style.binding = Binding::rest;
+    style.dialect = cfg.dialect;
+    if (cfg.dialect == Dialect::v1_0) {
+      const bool all = for_each_event(task, o.delivered, style, [&](uint64_t s, std::string_view json, std::string_view) {
+        bodies.emplace_back(s, std::string(json));
+      });
+      if (!all) bodies = {{seq, snapshot_payload(task, style)}};
+    } else {
+      bodies = {{seq, snapshot_payload(task, style)}};
+    }
+    for (const auto &[s, body] : bodies) {
+      o.error = post(cfg, id, body);
+      if (!o.error.empty()) break;
+      o.delivered = s;
+    }
+    outcomes.push_back(std::move(o));
+  }
+  if (outcomes.empty()) {
+    // Nothing due yet: come back at the earliest retry.
+    notify(Snapshot{task, rec->version, rec->owner, rec->tenant});
+    return;
+  }
+  // Record what was delivered (and the failures), with compare-and-set.
+  bool retry = false;
+  try {
+    lifecycle_.edit(id, rec->owner, rec->tenant, [&](Task &t) {
+      rapidjson::Value *cs = configs_of(t);
+      if (cs == nullptr) return false;
+      auto &a = t.allocator();
+      const uint64_t newest = event_seq(t);
+      bool changed = false;
+      for (const Outcome &o : outcomes) {
+        for (auto &c : cs->GetArray()) {
+          if (str(find(c, "id")) != o.id) continue;
+          if (o.delivered > u64(c, "delivered")) {
+            set_member(c, "delivered", rapidjson::Value(o.delivered), a);
+            changed = true;
+          }
+          if (o.error.empty()) {
+            for (const char *k : {"attempts", "nextAttemptAt", "failingSince", "lastError", "gaveUp", "gaveUpSeq"}) {
+              if (find(c, k) != nullptr) {
+                remove_member(c, k);
+                changed = true;
+              }
+            }
+            continue;
+          }
+          const uint64_t attempts = u64(c, "attempts") + 1;
+          std::string since(str(find(c, "failingSince")));
+          if (since.empty()) since = format_timestamp(now);
+          int64_t since_us = now;
+          parse_timestamp(since, since_us);
+          set_member(c, "attempts", rapidjson::Value(attempts), a);
+          set_member(c, "failingSince", make_string(since, a), a);
+          set_member(c, "lastError", make_string(o.error.substr(0, 500), a), a);
+          const bool give_up = attempts >= static_cast<uint64_t>(options_.max_attempts) ||
+                               now - since_us >= int64_t{options_.give_up_after_ms} * 1000;
+          if (give_up) {
+            set_member(c, "gaveUp", rapidjson::Value(true), a);
+            set_member(c, "gaveUpSeq", rapidjson::Value(newest), a);
+            remove_member(c, "nextAttemptAt");
+            log_.warn("push notifications of Task '" + id + "' to " + origin(str(find(c, "url"))) + " gave up after " +
+                      std::to_string(attempts) + " attempts: " + o.error);
+          } else {
+            const double backoff = std::min<double>(options_.backoff_max_ms,
+                                                    options_.backoff_initial_ms * std::pow(2.0, attempts - 1));
+            thread_local std::mt19937 rng{std::random_device{}()};
+            const double jitter = std::uniform_real_distribution<double>(0.9, 1.1)(rng);
+            const int64_t next = now + static_cast<int64_t>(backoff * jitter * 1000);
+            set_member(c, "nextAttemptAt", make_string(format_timestamp(next), a), a);
+            retry = true;
+            if (log_.enabled(LogLevel::info))
+              log_.info("push notification of Task '" + id + "' to " + origin(str(find(c, "url"))) + " failed (attempt " +
+                        std::to_string(attempts) + "), retrying in " +
+                        std::to_string(static_cast<int64_t>(backoff * jitter)) + " ms: " + o.error);
+          }
+          changed = true;
+        }
+      }
+      return changed;
+    });
+  } catch (const LifecycleError &) {
+    return;  // the Task is gone
+  }
+  // The save was published: notify() schedules the retry or the events that
+  // arrived meanwhile.
+  (void)retry;
+}
+
+std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id, const std::string &body) {
+  try {
+    Poco::URI uri(cfg.url);
+    const std::string host = uri.getHost();
+    const auto port = uri.getPort();
+    const std::vector<Poco::Net::IPAddress> addrs = policy_.addresses(host);
+    const Poco::Net::SocketAddress addr(addrs.front(), port);
+    const Poco::Timespan timeout(static_cast<long>(options_.timeout_ms) * 1000);
+    std::string path = uri.getPathEtc();
+    if (path.empty()) path = "/";
+    Poco::Net::HTTPRequest req(Poco::Net::HTTPRequest::HTTP_POST, path, Poco::Net::HTTPMessage::HTTP_1_1);
+    req.setHost(host, port);
+    req.setContentType(cfg.dialect == Dialect::v1_0 ? "application/a2a+json" : "application/json");
+    req.setContentLength(static_cast<std::streamsize>(body.size()));
+    req.set("User-Agent", std::string("toolnexus/") + server_version());
+    if (!cfg.scheme.empty() && !cfg.credentials.empty()) req.set("Authorization", cfg.scheme + " " + cfg.credentials);
+    if (!cfg.token.empty()) req.set("X-A2A-Notification-Token", cfg.token);
+    Poco::Net::HTTPResponse resp;
+    auto exchange = [&](Poco::Net::HTTPClientSession &session) {
+      session.setTimeout(timeout, timeout, timeout);
+      session.sendRequest(req) << body;
+      std::istream &in = session.receiveResponse(resp);
+      char sink[4096];
+      std::size_t total = 0;
+      while (in.read(sink, sizeof sink) || in.gcount() > 0) {
+        total += static_cast<std::size_t>(in.gcount());
+        if (total > (1 << 20)) break;  // a webhook's answer body is not read past 1 MiB
+      }
+    };
+    if (lower(uri.getScheme()) == "https") {
+      static Poco::Net::Context::Ptr context = new Poco::Net::Context(
+          Poco::Net::Context::TLS_CLIENT_USE, "", Poco::Net::Context::VERIFY_RELAXED, 9, true);
+      Poco::Net::SecureStreamSocket socket(context);
+      socket.setPeerHostName(host);
+      socket.connect(addr, timeout);
+      Poco::Net::HTTPSClientSession session(socket);
+      exchange(session);
+    } else {
+      Poco::Net::HTTPClientSession session(addr);
+      exchange(session);
+    }
+    const int status = static_cast<int>(resp.getStatus());
+    if (status < 200 || status > 299)
+      return "the webhook answered HTTP " + std::to_string(status) + " " + resp.getReason();
+    if (log_.enabled(LogLevel::debug))
+      log_.debug("push notification of Task '" + std::string(task_id) + "' delivered to " + origin(cfg.url));
+    return {};
+  } catch (const Poco::Exception &e) {
+    return e.displayText();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+}
+
+}  // namespace toolnexus::server_detail

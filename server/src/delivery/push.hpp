@@ -1,0 +1,174 @@
+// server/src/delivery/push.hpp: push notifications (A2A v1.0 sections 3.1.7-3.1.10,
+// 4.3, 13.2; v0.3 section 7.5-7.8, 9.5).
+//
+// Configs live in the Task record itself, in server-private metadata,
+//   metadata["toolnexus/push"] = {"configs": [<config>, ...]}
+//   config = {"id", "url", "token"?, "authentication"?: {"scheme",
+//             "credentials"?}, "dialect": "1.0" | "0.3", "delivered": <seq>,
+//             "attempts"?, "nextAttemptAt"?, "failingSince"?, "lastError"?,
+//             "gaveUp"?}
+// so they survive restarts, are shared by replicas, are owner-scoped like
+// the Task, and go with it when it is deleted. "delivered" is the event
+// sequence number (task_events.hpp) up to which the webhook has
+// acknowledged (2xx) the Task's events.
+//
+// Delivery (at least once): after every save, the server that made it
+// queues the Task for delivery; a delivery POSTs, per config and in order,
+// every event after "delivered" (v1.0: one StreamResponse per event, as
+// application/a2a+json; when events have left the timeline, the Task
+// snapshot; v0.3: the Task, as application/json), with the config's
+// credentials in Authorization ("<scheme> <credentials>") and its token in
+// X-A2A-Notification-Token, then saves the new "delivered" with
+// compare-and-set. A failed POST (connection error, timeout, non-2xx) is
+// retried with exponential backoff (attempts, nextAttemptAt saved in the
+// config, so a restart or another replica carries on); after max_attempts
+// or give_up_after_ms of failures the config is marked "gaveUp" (logged)
+// until its next new event. A sweep at start and every sweep_interval_ms
+// picks up deliveries that another process left unfinished.
+//
+// Targets (SSRF, section 13.2): a webhook URL must be http or https; its
+// host is resolved at config time and again at each delivery, and the POST
+// goes to a resolved address that is allowed: loopback, private, link-local,
+// CGNAT, multicast, unspecified and documentation ranges are refused unless
+// PushOptions::allow_targets lists them (CIDR, or "*").
+#ifndef TOOLNEXUS_SERVER_PUSH_HPP
+#define TOOLNEXUS_SERVER_PUSH_HPP
+
+#include "wire/dialect.hpp"
+#include "common/log.hpp"
+#include "domain/task_watch.hpp"
+#include "toolnexus/server.hpp"
+
+#include <Poco/Net/IPAddress.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+class TaskLifecycle;
+
+/// metadata key of the push configs.
+inline constexpr const char *kPushKey = "toolnexus/push";
+
+/// One push notification config, as a client sets it.
+struct PushConfig {
+  std::string id;
+  std::string url;
+  std::string token;
+  /// AuthenticationInfo.scheme ("" = none) and credentials.
+  std::string scheme;
+  std::string credentials;
+  /// The dialect of the method that created it: deliveries use its shapes.
+  Dialect dialect = Dialect::v1_0;
+};
+
+/// Which webhook addresses may be contacted.
+class TargetPolicy {
+ public:
+  /// `allow`: CIDR ranges ("127.0.0.0/8", "::1/128", "10.0.0.5") allowed
+  /// even though they are private, or "*" for any. Throws
+  /// std::invalid_argument naming a bad entry.
+  explicit TargetPolicy(const std::vector<std::string> &allow);
+  /// Why `a` may not be contacted ("" = it may).
+  std::string refusal(const Poco::Net::IPAddress &a) const;
+  /// The addresses of `host` that may be contacted, in resolver order.
+  /// Throws std::runtime_error saying why none (cannot resolve; every
+  /// address refused, naming the first and why).
+  std::vector<Poco::Net::IPAddress> addresses(const std::string &host) const;
+
+ private:
+  bool any_ = false;
+  std::vector<std::pair<Poco::Net::IPAddress, unsigned>> allow_;
+};
+
+/// Reads a config from a request: v1.0 TaskPushNotificationConfig ({"url",
+/// "id"?, "token"?, "authentication"?: {"scheme", "credentials"?}}; the
+/// older "schemes": [..] is read too) or v0.3 PushNotificationConfig
+/// ({"url", "id"?, "token"?, "authentication"?: {"schemes": [...],
+/// "credentials"?}}), checking the URL (http/https, a host) and the target
+/// policy. A missing id gets a UUID. Throws RpcError(-32602) naming the
+/// member under `field`.
+PushConfig read_push_config(const rapidjson::Value &v, Dialect d, const std::string &field,
+                            const TargetPolicy &policy);
+
+/// Adds (or, same id, replaces) `cfg` in the Task's stored configs, with
+/// "delivered" = `delivered_seq` (the events the webhook will not be sent).
+/// Throws RpcError(-32602) when the Task already has `max_configs` others.
+void put_push_config(Task &task, const PushConfig &cfg, uint64_t delivered_seq, std::size_t max_configs);
+
+/// The Task's configs (in stored order).
+std::vector<PushConfig> push_configs(const Task &task);
+
+/// Removes config `id`; returns whether it was there.
+bool remove_push_config(Task &task, std::string_view id);
+
+/// Writes `cfg` of Task `task_id` as the dialect shows a config:
+/// v1.0 TaskPushNotificationConfig {"id", "taskId", "url", "token"?,
+/// "authentication"?: {"scheme"}} (tenant when set); v0.3
+/// TaskPushNotificationConfig {"taskId", "pushNotificationConfig": {"id",
+/// "url", "token"?, "authentication"?: {"schemes": [...]}}}. Credentials are
+/// never shown back.
+void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view task_id, std::string_view tenant,
+                       Dialect d);
+
+/// Delivers the Tasks' events to their webhooks (see the file comment).
+/// Thread-safe.
+class PushDeliverer {
+ public:
+  PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, const Logger &log);
+  ~PushDeliverer();
+  PushDeliverer(const PushDeliverer &) = delete;
+  PushDeliverer &operator=(const PushDeliverer &) = delete;
+
+  /// Starts the workers and the sweeper (whose first sweep runs at once).
+  void start();
+  /// Stops them (a POST in flight ends by its timeout). Idempotent.
+  void stop();
+
+  /// News of a save (from the TaskWatch): queues the Task when it has a
+  /// delivery due. Cheap; never blocks on I/O.
+  void notify(const Snapshot &snap);
+
+  /// The target policy (for config validation).
+  const TargetPolicy &policy() const noexcept { return policy_; }
+  const PushOptions &options() const noexcept { return options_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void schedule(const std::string &id, Clock::time_point due);
+  void worker_loop();
+  void sweep_loop();
+  void sweep();
+  void deliver(const std::string &id);
+  /// POSTs `body`; returns "" on a 2xx, else what went wrong.
+  std::string post(const PushConfig &cfg, std::string_view task_id, const std::string &body);
+
+  TaskLifecycle &lifecycle_;
+  PushOptions options_;
+  const Logger &log_;
+  TargetPolicy policy_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;        // workers
+  std::condition_variable sweep_cv_;  // the sweeper
+  std::multimap<Clock::time_point, std::string> due_;
+  std::unordered_map<std::string, Clock::time_point> scheduled_;
+  std::set<std::string> in_flight_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+  std::thread sweeper_;
+  bool started_ = false;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_PUSH_HPP

@@ -1,0 +1,369 @@
+// server/src/domain/task_lifecycle.hpp: fulfilment of Tasks. Every state
+// transition is a read-decide-save through the TaskStore with
+// compare-and-set (SaveOptions.expected_version); on a conflict the Task is
+// re-read and the decision made again, so a terminal state is never
+// overwritten (A2A v0.3 section 6.3: completed, canceled, failed and rejected
+// are final) and several servers may share one store.
+//
+// Leases: a Task in submitted/working carries
+// metadata["toolnexus/lease"] = {"instance", "expiresAt"} (no host or pid:
+// clients see metadata; the server logs its instance with host and pid).
+// The instance that runs it renews the lease every renew_interval_ms; every
+// server sweeps the store (at start and every settle_interval_ms) for Tasks
+// in submitted/working whose lease expired and fails them with a status
+// message saying the server that ran them stopped. A live server renews well
+// before expiry, so its Tasks are never settled by another. The renewer also
+// re-reads every running Task at least every cancel_poll_ms: a cancel made
+// by another server stops the executor here within that bound.
+//
+// Pending requests: when an executor parks a Task in input-required, the
+// prompt and its request data are saved in metadata["toolnexus/pending"];
+// resuming needs nothing but the stored Task.
+//
+// Events: every client-visible change appends an event to the Task's stored
+// timeline (task_events.hpp), and every save is published to the TaskWatch,
+// which wakes the waiters and subscribers of that Task only.
+//
+// Size limits (max_task_history, max_task_bytes): a client's message that
+// would pass one is refused (LifecycleErrc::too_large) before anything is
+// saved; an agent's output that would pass max_task_bytes is not saved: the
+// run is asked to stop and the Task fails, naming the sizes. The records
+// that end a Task (cancel, failure, settle) are never refused.
+//
+// Saves per Task: a new Task is saved once when it is created (submitted)
+// and once with its outcome. "working" is saved only when the run lasts
+// longer than progress_interval_ms or reports progress (the Task is leased
+// and cancelable either way), so a quick Task costs two durable writes.
+#ifndef TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
+#define TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP
+
+#include "common/log.hpp"
+#include "common/semaphore.hpp"
+#include "domain/task_watch.hpp"
+#include "toolnexus/agent_executor.hpp"
+#include "toolnexus/task_store.hpp"
+
+#include <rapidjson/document.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+/// Why a lifecycle request was refused. Mapped to JSON-RPC codes by
+/// a2a_methods (A2A v0.3 section 8.2).
+enum class LifecycleErrc {
+  not_found,         ///< -32001: no such Task, or another principal's
+  not_cancelable,    ///< -32002: cancel of a terminal Task
+  terminal,          ///< -32004: a message to a terminal Task
+  not_interrupted,   ///< -32004: a message to a Task that is not waiting for one
+  context_mismatch,  ///< -32602: message.contextId differs from the Task's
+  overloaded,        ///< -32603: too many Tasks queued
+  stopping,          ///< -32603: the server is stopping
+  too_large,         ///< -32602: the Task would pass a size limit (see limit())
+};
+
+/// A size limit a request would pass (LifecycleErrc::too_large).
+struct LimitExceeded {
+  /// The limit's configuration key ("limits.max_task_bytes").
+  std::string limit;
+  /// Its value.
+  uint64_t max = 0;
+  /// What the request would have made (bytes, messages).
+  uint64_t size = 0;
+};
+
+/// Thrown by TaskLifecycle's request methods; what() is the client-facing
+/// message.
+class LifecycleError : public std::runtime_error {
+ public:
+  LifecycleError(LifecycleErrc code, const std::string &message, std::optional<LimitExceeded> limit = std::nullopt)
+      : std::runtime_error(message), code_(code), limit_(std::move(limit)) {}
+  LifecycleErrc code() const noexcept { return code_; }
+  /// Set for too_large: which limit, its value and the size met.
+  const std::optional<LimitExceeded> &limit() const noexcept { return limit_; }
+
+ private:
+  LifecycleErrc code_;
+  std::optional<LimitExceeded> limit_;
+};
+
+/// Settings of a TaskLifecycle.
+struct LifecycleOptions {
+  unsigned workers = 4;
+  /// A waiting caller's Task may run on the caller's thread when the
+  /// executor runs_briefly() (see TaskLifecycle::create, defer_save). Off:
+  /// every run goes through the worker queue.
+  bool inline_runs = true;
+  std::size_t max_queued_tasks = 4096;
+  int queue_wait_ms = 10000;
+  int lease_ms = 30000;
+  int renew_interval_ms = 10000;
+  int settle_interval_ms = 10000;
+  /// How often a Task running here is re-read to notice a cancel made by
+  /// another server (at most renew_interval_ms; see renew_due()).
+  int cancel_poll_ms = 10000;
+  int drain_timeout_ms = 10000;
+  /// Progress reports (TaskProgress) are saved at most this often; a run
+  /// still going after this long has its "working" state saved.
+  int progress_interval_ms = 100;
+  /// Unique among servers sharing the store.
+  std::string instance_id;
+  /// History a client's message may grow a Task to (ServerLimits::max_task_history).
+  std::size_t max_task_history = 1000;
+  /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
+  std::size_t max_task_bytes = std::size_t{8} << 20;
+};
+
+/// Runs Tasks on a worker pool and performs every transition through the
+/// store. Thread-safe: the request methods may be called from any number of
+/// threads. Owns its threads (workers, lease renewer, settler); the store
+/// and executor are shared.
+class TaskLifecycle {
+ public:
+  /// `watch` (borrowed; must outlive this) receives every save.
+  TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<AgentExecutor> executor,
+                LifecycleOptions options, const Logger &log, TaskWatch &watch);
+  ~TaskLifecycle();
+  TaskLifecycle(const TaskLifecycle &) = delete;
+  TaskLifecycle &operator=(const TaskLifecycle &) = delete;
+
+  /// Starts the workers, the lease renewer and the settler (whose first
+  /// sweep runs at once).
+  void start();
+
+  /// First step of stopping: refuses new Tasks and makes blocking waits
+  /// return at once. Idempotent.
+  void begin_stop();
+
+  /// Stops: no new Tasks; running executors get drain_timeout_ms (then
+  /// cancel_requested is set); Tasks still queued are failed ("the server
+  /// stopped before running it"); threads joined. Idempotent.
+  void stop();
+
+  /// SendMessage without taskId (A2A v0.3 section 7.1): a new Task (UUID id,
+  /// the message's contextId or a new one, status submitted, the message in
+  /// history, a lease of this instance), saved with owner `owner` and
+  /// tenant `tenant` (A2A v1.0 section 3.2.1; "" = none), queued.
+  /// `message` is a validated Message object (copied). Waits (up to
+  /// queue_wait_ms) while max_queued_tasks Tasks are queued. Returns the
+  /// saved Task. When `hold` is not null it receives a TaskWatch hold of the
+  /// new Task taken before it is queued (so the caller misses none of its
+  /// changes). `prepare` (may be empty) edits the new Task before its
+  /// first save (e.g. adds push notification configs).
+  /// Throws LifecycleError(overloaded|stopping; too_large when the new Task
+  /// would be larger than max_task_bytes: nothing is created), StoreError,
+  /// InvalidTask.
+  ///
+  /// `defer_save` (a blocking SendMessage, whose caller answers only once
+  /// the Task settles): the Task is not saved before it runs; it is saved
+  /// once, with its outcome (or when its run lasts longer than
+  /// progress_interval_ms, or reports progress, or the caller asks with
+  /// persist()). Nothing about it is acknowledged before it is saved, so a
+  /// crash meanwhile loses nothing a client was told. The deferred save is
+  /// skipped on a store without compare-and-set (the Task is saved first).
+  /// On any store it also means the caller waits for the outcome: when the
+  /// executor runs_briefly() and fewer than `workers` runs are in progress,
+  /// the Task runs on the calling thread before create() returns (see
+  /// run_or_enqueue()).
+  Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
+              std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {},
+              bool defer_save = false);
+
+  /// SendMessage with the taskId of an interrupted Task: appends the message
+  /// to history, moves the Task to working with a lease of this instance,
+  /// queues it; the executor continues from the stored Task alone. Throws
+  /// LifecycleError(not_found: missing, or another owner's or tenant's; terminal;
+  /// not_interrupted; context_mismatch; overloaded; stopping; too_large: the
+  /// history would hold more than max_task_history messages or the Task
+  /// would be larger than max_task_bytes, and nothing was saved),
+  /// StoreError.
+  /// `hold` as for create(); `prepare` edits the Task in the same save as
+  /// the message. `caller_waits`: the caller waits for the outcome (a
+  /// blocking SendMessage): the run may happen on the calling thread, as
+  /// for create()'s defer_save.
+  Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
+              const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
+              const std::function<void(Task &)> &prepare = {}, bool caller_waits = false);
+
+  /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
+  /// and stops its fulfilment (here, or on another server at its next
+  /// save). A Task of another owner or tenant is not found. Throws
+  /// LifecycleError(not_found|not_cancelable), StoreError.
+  Task cancel(std::string_view task_id, const std::string &owner, const std::string &tenant = {});
+
+  /// Waits (on the TaskWatch, without reading the store) until the held
+  /// Task is terminal or interrupted, or `timeout` passes or the server
+  /// stops (then returns it as it is). Throws LifecycleError(not_found) when
+  /// it left the store or is not of this owner and tenant.
+  /// `*version` (may be null) receives the version of the record returned:
+  /// 0 when a deferred Task has not been saved yet (see persist()).
+  Task wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
+                          std::chrono::milliseconds timeout, uint64_t *version = nullptr);
+
+  /// Saves a Task created with defer_save that has not been saved yet, as it
+  /// is now, and returns the stored record (also when it was saved by its
+  /// run meanwhile). Throws LifecycleError(not_found) when it is in neither
+  /// place, StoreError.
+  Snapshot persist(const std::string &task_id);
+
+  /// Applies `edit` to the stored Task `task_id` of this owner and tenant
+  /// (read, edit, compare-and-set save, again on a conflict) and returns it
+  /// as saved. `edit` may throw LifecycleError; returning false saves
+  /// nothing. Throws LifecycleError(not_found), StoreError.
+  Snapshot edit(std::string_view task_id, const std::string &owner, const std::string &tenant,
+                const std::function<bool(Task &)> &edit);
+
+  /// One sweep: fails every submitted/working Task whose lease expired
+  /// (and that is not running here). Returns how many were settled.
+  std::size_t settle_expired();
+
+  /// Renews the leases of this instance's Tasks that are due, and re-reads
+  /// the other running Tasks not checked for cancel_poll_ms. A Task found
+  /// canceled, terminal, removed or leased by another instance gets its
+  /// cancel_requested set (the executor should stop; its result is dropped
+  /// by the compare-and-set save anyway). The renewer runs this every
+  /// max(5, min(renew_interval_ms, cancel_poll_ms, progress_interval_ms) / 4)
+  /// ms. It also saves "working" for runs that started more than
+  /// progress_interval_ms ago and have not saved it yet.
+  void renew_due();
+
+  /// Throws LifecycleError(too_large) when `task` serialized is larger than
+  /// max_task_bytes; the message is "<subject> N bytes, past the limit of M
+  /// bytes per stored Task (limits.max_task_bytes)<consequence>", e.g.
+  /// subject "params.message would make Task 'x'", consequence "; the Task
+  /// is unchanged". For a request that grows a Task (a message, a push
+  /// config); the server's own bookkeeping (leases, cancels, failures,
+  /// delivery records) is never refused.
+  void refuse_if_too_large(const Task &task, const std::string &subject, const std::string &consequence) const;
+
+  /// This instance's lease id.
+  const std::string &instance_id() const noexcept { return options_.instance_id; }
+  /// The store.
+  const std::shared_ptr<TaskStore> &store() const noexcept { return store_; }
+  /// The watch every save is published to.
+  TaskWatch &watch() noexcept { return watch_; }
+  /// Tasks queued and not yet started.
+  std::size_t queued() const noexcept { return queued_.load(); }
+  /// begin_stop() or stop() was called.
+  bool stopping() const noexcept { return stopping_.load(); }
+
+ private:
+  struct ActiveTask {
+    std::atomic<bool> cancel{false};
+    std::atomic<int64_t> lease_written_us{0};
+    /// When the stored Task was last read by the renewer (0 = never).
+    std::atomic<int64_t> checked_us{0};
+    /// When the executor started (0 = not yet).
+    std::atomic<int64_t> started_us{0};
+    /// "working" is in the store (saved by a progress save, the renewer,
+    /// or resume()).
+    std::atomic<bool> working_saved{false};
+    /// The Task is in the store (false: created with defer_save and not
+    /// saved yet; then `unsaved` holds it).
+    std::atomic<bool> stored{true};
+    std::mutex unsaved_mu;
+    std::optional<Snapshot> unsaved;
+  };
+  class RunProgress;
+  struct WorkItem {
+    std::string id;
+    std::shared_ptr<ActiveTask> active;
+    std::optional<Snapshot> snap;
+  };
+  enum class Verdict { save, keep, stop };
+  struct UpdateResult {
+    bool found = false;
+    Verdict verdict = Verdict::keep;
+    Snapshot snap;
+  };
+
+  template <class Decide>
+  UpdateResult update(std::string_view id, Decide &&decide, std::optional<Snapshot> known = std::nullopt);
+
+  std::shared_ptr<ActiveTask> register_active(const std::string &id, int64_t lease_written_us);
+  void unregister_active(const std::string &id, const std::shared_ptr<ActiveTask> &which);
+  bool is_active(const std::string &id);
+  void signal_cancel(const std::string &id);
+  void admit();
+  void enqueue(WorkItem item);
+  /// Runs `item` on this thread when `caller_waits`, the executor
+  /// runs_briefly() and a worker slot is free (running + queued < workers):
+  /// the thread that would wait for a worker to run it and hand the outcome
+  /// back does the run itself. Otherwise enqueue().
+  void run_or_enqueue(WorkItem item, bool caller_waits);
+  void worker_loop();
+  /// A dequeued (or inline) item: run() with its errors turned into a failed
+  /// Task; then unregisters it and gives back its running_ slot.
+  void run_claimed(WorkItem &item);
+  void run(WorkItem &item);
+  void fail_after_error(const std::string &id, const std::shared_ptr<ActiveTask> &active, const std::string &what);
+  /// Saves a deferred Task not yet saved, after `change`; true when this
+  /// call saved it.
+  bool save_unsaved(const std::string &id, const std::shared_ptr<ActiveTask> &active,
+                    const std::function<void(Task &)> &change);
+  /// A save of the Task by its run succeeded: it is stored.
+  static void mark_stored(ActiveTask &active);
+  void fail_unstarted(WorkItem &item, const char *why);
+  bool settle_one(TaskRecord &rec);
+  void renewer_loop();
+  void settler_loop();
+  void set_lease(Task &task, int64_t expires_us) const;
+  /// "N bytes, past the limit of M bytes per stored Task (limits.max_task_bytes)".
+  std::string over_bytes(std::size_t size) const;
+  void save_working(const std::string &id, const std::shared_ptr<ActiveTask> &active);
+  std::mutex &stripe(std::string_view id);
+
+  std::shared_ptr<TaskStore> store_;
+  std::shared_ptr<AgentExecutor> executor_;
+  LifecycleOptions options_;
+  const Logger &log_;
+  TaskWatch &watch_;
+  bool cas_ = true;
+  std::array<std::mutex, 64> stripes_;
+
+  std::mutex active_mu_;
+  std::unordered_map<std::string, std::shared_ptr<ActiveTask>> active_;
+
+  std::mutex queue_mu_;
+  Semaphore queue_sem_;  // one token per queued WorkItem, plus one per worker at stop (see semaphore.hpp)
+  std::condition_variable idle_cv_;
+  std::condition_variable room_cv_;
+  std::deque<WorkItem> queue_;
+  std::atomic<std::size_t> queued_{0};
+  unsigned running_ = 0;  // runs in progress: on workers and inline (run_or_enqueue)
+  /// Signalled when running_ drops: a worker with a queued item waits on it
+  /// while inline runs hold every slot.
+  std::condition_variable slot_cv_;
+  /// options_.inline_runs and the executor runs_briefly(); set at construction.
+  bool inline_runs_ = false;
+  bool stop_workers_ = false;
+  std::vector<std::thread> workers_;
+
+  std::mutex maint_mu_;
+  std::condition_variable maint_cv_;
+  bool stop_maintenance_ = false;
+  std::thread renewer_;
+  std::thread settler_;
+
+  std::atomic<bool> stopping_{false};
+  std::once_flag stop_once_;
+  bool started_ = false;
+};
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_TASK_LIFECYCLE_HPP

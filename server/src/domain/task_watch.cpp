@@ -1,0 +1,320 @@
+// TaskWatch: news of Task changes for waiters and subscribers (see
+// task_watch.hpp).
+#include "domain/task_watch.hpp"
+
+#include "common/util.hpp"
+
+#include <algorithm>
+
+namespace toolnexus::server_detail {
+
+using Clock = std::chrono::steady_clock;
+
+TaskWatch::Hold::Hold(TaskWatch &watch, std::string id, std::shared_ptr<Entry> entry)
+    : watch_(watch), id_(std::move(id)), entry_(std::move(entry)) {}
+
+TaskWatch::Hold::~Hold() { watch_.unhold(*this); }
+
+SnapshotPtr TaskWatch::Hold::latest() const {
+  Shard &s = watch_.shard(id_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return entry_->latest;
+}
+
+void TaskWatch::Hold::offer(SnapshotPtr snap) {
+  if (!snap) return;
+  Shard &s = watch_.shard(id_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  watch_.take_newer(id_, *entry_, snap);
+}
+
+TaskWatch::TaskWatch(std::shared_ptr<TaskStore> store, WatchOptions options, const Logger &log)
+    : store_(std::move(store)), options_(options), log_(log) {}
+
+TaskWatch::~TaskWatch() { stop(); }
+
+void TaskWatch::start() {
+  if (started_) return;
+  started_ = true;
+  deliverer_ = start_named_thread("tnx-watch", [this] { deliver_loop(); });
+  poller_ = start_named_thread("tnx-watch-poll", [this] { poll_loop(); });
+}
+
+void TaskWatch::stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+  }
+  stop_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(dirty_mu_);
+  }
+  dirty_cv_.notify_all();
+  for (Shard &s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto &kv : s.entries) kv.second->cv.notify_all();
+  }
+  if (deliverer_.joinable()) deliverer_.join();
+  if (poller_.joinable()) poller_.join();
+  // Subscribers still registered are dropped.
+  for (Shard &s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto &kv : s.entries) {
+      for (const auto &sub : kv.second->subs) release_place(*sub);
+      kv.second->subs.clear();
+    }
+  }
+}
+
+TaskWatch::Shard &TaskWatch::shard(std::string_view id) {
+  return shards_[std::hash<std::string_view>{}(id) % shards_.size()];
+}
+
+void TaskWatch::take_newer(const std::string &id, Entry &e, const SnapshotPtr &snap) {
+  if (!snap) return;
+  if (e.latest && snap->version <= e.latest->version) return;
+  e.latest = snap;
+  e.gone = false;
+  e.cv.notify_all();
+  if (!e.subs.empty()) mark_dirty(id);
+}
+
+void TaskWatch::mark_dirty(const std::string &id) {
+  {
+    std::lock_guard<std::mutex> lock(dirty_mu_);
+    if (!dirty_set_.insert(id).second) return;
+    dirty_.push_back(id);
+  }
+  dirty_cv_.notify_one();
+}
+
+void TaskWatch::release(Shard &s, const std::string &id, const std::shared_ptr<Entry> &e) {
+  if (e->holds != 0 || !e->subs.empty()) return;
+  auto it = s.entries.find(id);
+  if (it != s.entries.end() && it->second == e) s.entries.erase(it);
+}
+
+void TaskWatch::publish(const Snapshot &snap) {
+  if (listener_) listener_(snap);
+  const std::string id(snap.task.id());
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(id);
+  if (it == s.entries.end()) return;
+  Entry &e = *it->second;
+  e.last_news = Clock::now();
+  if (e.latest && snap.version <= e.latest->version) return;
+  take_newer(id, e, std::make_shared<const Snapshot>(snap));
+}
+
+std::unique_ptr<TaskWatch::Hold> TaskWatch::hold(const std::string &id, SnapshotPtr initial) {
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto &slot = s.entries[id];
+  if (!slot) {
+    slot = std::make_shared<Entry>();
+    // The holder's record is news: no re-read before poll_ms.
+    slot->last_news = Clock::now();
+  }
+  ++slot->holds;
+  take_newer(id, *slot, initial);
+  return std::make_unique<Hold>(*this, id, slot);
+}
+
+void TaskWatch::unhold(Hold &h) {
+  Shard &s = shard(h.id_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  --h.entry_->holds;
+  release(s, h.id_, h.entry_);
+}
+
+SnapshotPtr TaskWatch::wait(Hold &h, const std::function<bool(const Snapshot &)> &done,
+                            std::chrono::milliseconds timeout, bool *gone) {
+  const auto deadline = Clock::now() + timeout;
+  Shard &s = shard(h.id_);
+  std::unique_lock<std::mutex> lock(s.mu);
+  Entry &e = *h.entry_;
+  for (;;) {
+    if (e.gone || e.error || stopping_.load() || (e.latest && done(*e.latest))) break;
+    if (e.cv.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  if (e.error) throw *e.error;
+  if (gone != nullptr) *gone = e.gone;
+  return e.latest;
+}
+
+void TaskWatch::fail(const std::string &id, Status code, const std::string &message) {
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(id);
+  if (it == s.entries.end()) return;
+  it->second->error.emplace(code, message);
+  it->second->cv.notify_all();
+}
+
+bool TaskWatch::subscribe(Hold &h, std::shared_ptr<TaskSubscriber> sub) {
+  if (stopping_.load()) return false;
+  if (n_subs_.fetch_add(1) >= options_.max_subscribers) {
+    --n_subs_;
+    return false;
+  }
+  sub->counted_ = true;
+  {
+    Shard &s = shard(h.id_);
+    std::lock_guard<std::mutex> lock(s.mu);
+    h.entry_->subs.push_back(std::move(sub));
+  }
+  mark_dirty(h.id_);
+  return true;
+}
+
+void TaskWatch::poke(const std::string &id) { mark_dirty(id); }
+
+void TaskWatch::deliver(const std::string &id) {
+  Shard &s = shard(id);
+  std::vector<std::shared_ptr<TaskSubscriber>> subs;
+  SnapshotPtr latest;
+  bool gone = false;
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.entries.find(id);
+    if (it == s.entries.end()) return;
+    e = it->second;
+    subs = e->subs;
+    latest = e->latest;
+    gone = e->gone;
+  }
+  if (subs.empty()) return;
+  std::vector<TaskSubscriber *> finished;
+  for (const auto &sub : subs) {
+    bool keep = true;
+    try {
+      if (gone) {
+        sub->on_gone();
+        keep = false;
+      } else if (latest) {
+        keep = sub->on_update(latest, e->shared);
+      }
+    } catch (const std::exception &ex) {
+      log_.error("Task '" + id + "': a subscriber failed: " + ex.what());
+      keep = false;
+    }
+    if (!keep) finished.push_back(sub.get());
+  }
+  if (finished.empty()) return;
+  std::lock_guard<std::mutex> lock(s.mu);
+  drop_finished(e->subs, finished);
+  release(s, id, e);
+}
+
+void TaskWatch::drop_finished(std::vector<std::shared_ptr<TaskSubscriber>> &subs,
+                              const std::vector<TaskSubscriber *> &finished) noexcept {
+  subs.erase(std::remove_if(subs.begin(), subs.end(),
+                            [&](const std::shared_ptr<TaskSubscriber> &p) {
+                              if (std::find(finished.begin(), finished.end(), p.get()) == finished.end()) return false;
+                              release_place(*p);
+                              return true;
+                            }),
+             subs.end());
+}
+
+void TaskWatch::deliver_loop() {
+  auto next_idle = Clock::now() + std::chrono::milliseconds(options_.idle_tick_ms);
+  while (!stopping_.load()) {
+    std::deque<std::string> batch;
+    {
+      std::unique_lock<std::mutex> lock(dirty_mu_);
+      dirty_cv_.wait_until(lock, next_idle, [this] { return stopping_.load() || !dirty_.empty(); });
+      batch.swap(dirty_);
+      dirty_set_.clear();
+    }
+    for (const std::string &id : batch) {
+      if (stopping_.load()) return;
+      deliver(id);
+    }
+    const auto now = Clock::now();
+    if (now < next_idle) continue;
+    next_idle = now + std::chrono::milliseconds(options_.idle_tick_ms);
+    // Idle ticks (keep-alives), one shard at a time.
+    for (Shard &s : shards_) {
+      std::vector<std::pair<std::string, std::vector<std::shared_ptr<TaskSubscriber>>>> work;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        for (auto &kv : s.entries)
+          if (!kv.second->subs.empty()) work.emplace_back(kv.first, kv.second->subs);
+      }
+      for (auto &[id, subs] : work) {
+        std::vector<TaskSubscriber *> finished;
+        for (auto &sub : subs)
+          if (!sub->on_idle(now)) finished.push_back(sub.get());
+        if (finished.empty()) continue;
+        std::lock_guard<std::mutex> lock(s.mu);
+        auto it = s.entries.find(id);
+        if (it == s.entries.end()) continue;
+        drop_finished(it->second->subs, finished);
+        release(s, id, it->second);
+      }
+    }
+  }
+}
+
+void TaskWatch::poll_loop() {
+  const auto period = std::chrono::milliseconds(std::max(1, options_.poll_ms));
+  const auto tick = std::chrono::milliseconds(std::max(1, options_.poll_ms / 4));
+  while (!stopping_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      stop_cv_.wait_for(lock, tick, [this] { return stopping_.load(); });
+    }
+    if (stopping_.load()) return;
+    const auto now = Clock::now();
+    std::vector<std::string> due;
+    for (Shard &s : shards_) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      for (auto &kv : s.entries) {
+        Entry &e = *kv.second;
+        if (e.gone) continue;
+        if (now - e.last_news < period || now - e.last_poll < period) continue;
+        e.last_poll = now;
+        due.push_back(kv.first);
+      }
+    }
+    for (const std::string &id : due) {
+      if (stopping_.load()) return;
+      std::optional<TaskRecord> rec;
+      SnapshotPtr snap;
+      try {
+        rec = store_->get(id);
+        if (rec) {
+          auto p = std::make_shared<Snapshot>();
+          p->task = rec->task();
+          p->version = rec->version;
+          p->owner = std::move(rec->owner);
+          p->tenant = std::move(rec->tenant);
+          snap = std::move(p);
+        }
+      } catch (const std::exception &ex) {
+        log_.warn("Task '" + id + "': could not re-read it for its watchers: " + ex.what());
+        continue;
+      }
+      Shard &s = shard(id);
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.entries.find(id);
+      if (it == s.entries.end()) continue;
+      Entry &e = *it->second;
+      if (!rec) {
+        // Missing from the store: gone, unless it was never saved (a
+        // deferred Task, version 0, is saved with its outcome).
+        if (e.latest && e.latest->version == 0) continue;
+        e.gone = true;
+        e.cv.notify_all();
+        if (!e.subs.empty()) mark_dirty(id);
+      } else {
+        take_newer(id, e, snap);
+      }
+    }
+  }
+}
+
+}  // namespace toolnexus::server_detail

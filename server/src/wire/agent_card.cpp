@@ -1,0 +1,285 @@
+// The Agent Card.
+#include "wire/agent_card.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cctype>
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace toolnexus::server_detail {
+
+namespace {
+
+using W = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void put(W &w, const char *key, std::string_view value) {
+  w.Key(key);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+void put_list(W &w, const char *key, const std::vector<std::string> &values) {
+  w.Key(key);
+  w.StartArray();
+  for (const auto &v : values) w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+  w.EndArray();
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// First element of a comma-separated header value.
+std::string_view first_of(std::string_view s) { return trim(s.substr(0, s.find(','))); }
+
+bool valid_host(std::string_view h) {
+  if (h.empty() || h.size() > 255) return false;
+  for (char c : h) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// proto= / host= of the first element of an RFC 7239 Forwarded header.
+std::string_view forwarded_param(std::string_view forwarded, std::string_view name) {
+  std::string_view first = first_of(forwarded);
+  while (!first.empty()) {
+    const auto semi = first.find(';');
+    std::string_view pair = trim(first.substr(0, semi));
+    const auto eq = pair.find('=');
+    if (eq != std::string_view::npos) {
+      std::string_view key = trim(pair.substr(0, eq));
+      bool same = key.size() == name.size();
+      for (std::size_t i = 0; same && i < key.size(); ++i) same = (key[i] | 0x20) == name[i];
+      if (same) {
+        std::string_view v = trim(pair.substr(eq + 1));
+        if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        return v;
+      }
+    }
+    if (semi == std::string_view::npos) break;
+    first = first.substr(semi + 1);
+  }
+  return {};
+}
+
+bool same_text(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// "name[:port]" / "[v6][:port]" split into the name (brackets kept off) and
+// the port text ("" when none). False when the shape is wrong (an empty
+// name, a port that is not 1-5 digits, text after "]" that is not ":port").
+bool split_host(std::string_view h, std::string_view &name, std::string_view &port) {
+  port = {};
+  if (!h.empty() && h.front() == '[') {
+    const auto close = h.find(']');
+    if (close == std::string_view::npos) return false;
+    name = h.substr(1, close - 1);
+    std::string_view rest = h.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      if (port.empty()) return false;
+    }
+  } else {
+    const auto colon = h.find(':');
+    name = h.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port = h.substr(colon + 1);
+      if (port.empty()) return false;
+    }
+  }
+  if (name.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  return true;
+}
+
+uint16_t port_number(std::string_view port, uint16_t default_port) {
+  if (port.empty()) return default_port;
+  unsigned long v = 0;
+  for (char c : port) v = v * 10 + static_cast<unsigned long>(c - '0');
+  return v > 65535 ? 0 : static_cast<uint16_t>(v);
+}
+
+// localhost, 127.0.0.0/8 in dotted decimal, ::1.
+bool loopback_name(std::string_view name) {
+  if (same_text(name, "localhost")) return true;
+  const std::string n(name);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, n.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, n.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+}  // namespace
+
+bool is_allowed_host(std::string_view host, const std::vector<std::string> &allowed, uint16_t default_port) {
+  std::string_view name, port;
+  if (!split_host(host, name, port)) return false;
+  for (const std::string &entry : allowed) {
+    std::string_view ename, eport;
+    if (!split_host(entry, ename, eport) || !same_text(name, ename)) continue;
+    if (eport.empty() || port_number(eport, 0) == port_number(port, default_port)) return true;
+  }
+  return false;
+}
+
+std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback) {
+  if (!options.public_url.empty()) return options.public_url;
+  std::string scheme = "http";
+  if (options.trust_forwarded) {
+    std::string_view proto = forwarded_param(request.forwarded, "proto");
+    if (proto.empty()) proto = first_of(request.x_forwarded_proto);
+    if (same_text(proto, "https")) scheme = "https";
+    std::string_view h = forwarded_param(request.forwarded, "host");
+    if (!valid_host(h)) h = first_of(request.x_forwarded_host);
+    std::string_view name, port;
+    if (valid_host(h) && split_host(h, name, port) &&
+        (options.allowed_hosts.empty() || is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80)))
+      return scheme + "://" + std::string(h) + "/";
+  }
+  const std::string_view h = trim(request.host);
+  std::string_view name, port;
+  if (valid_host(h) && split_host(h, name, port)) {
+    const bool allowed = is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80);
+    // This connection's own address, as the client dialled it.
+    const bool own = !request.local_addr.empty() && same_text(name, request.local_addr) &&
+                     port_number(port, 80) == request.local_port;
+    // This server's own socket speaks plain HTTP, whatever a proxy says.
+    if (own) return "http://" + std::string(h) + "/";
+    const bool local_name = request.loopback && loopback_name(name);
+    if (allowed || local_name) return scheme + "://" + std::string(h) + "/";
+  }
+  if (!request.local.empty()) return "http://" + request.local + "/";
+  return "http://" + std::string(fallback) + "/";
+}
+
+std::string agent_card_json(const CardConfig &config, std::string_view url) {
+  const AgentCardOptions &o = config.options;
+  // The HTTP+JSON base: the same URL without its trailing "/", so that
+  // clients appending "/message:send" reach /message:send.
+  std::string_view rest_url = url;
+  while (rest_url.size() > 1 && rest_url.back() == '/' && rest_url.substr(rest_url.size() - 3) != "://")
+    rest_url.remove_suffix(1);
+  rapidjson::StringBuffer buf;
+  W w(buf);
+  w.StartObject();
+  put(w, "name", o.name);
+  put(w, "description", o.description);
+  // v1.0 (section 8.4): the interfaces, preferred first.
+  w.Key("supportedInterfaces");
+  w.StartArray();
+  const std::pair<std::string_view, std::pair<const char *, const char *>> interfaces[] = {
+      {url, {"JSONRPC", "1.0"}}, {rest_url, {"HTTP+JSON", "1.0"}}, {url, {"JSONRPC", "0.3"}}};
+  for (const auto &[u, bv] : interfaces) {
+    w.StartObject();
+    put(w, "url", u);
+    put(w, "protocolBinding", bv.first);
+    put(w, "protocolVersion", bv.second);
+    w.EndObject();
+  }
+  w.EndArray();
+  // v0.3 (section 5.5): what older clients read.
+  put(w, "protocolVersion", "0.3.0");
+  put(w, "url", url);
+  put(w, "preferredTransport", "JSONRPC");
+  w.Key("additionalInterfaces");
+  w.StartArray();
+  w.StartObject();
+  put(w, "url", url);
+  put(w, "transport", "JSONRPC");
+  w.EndObject();
+  w.EndArray();
+  if (!o.provider_organization.empty()) {
+    w.Key("provider");
+    w.StartObject();
+    put(w, "organization", o.provider_organization);
+    if (!o.provider_url.empty()) put(w, "url", o.provider_url);
+    w.EndObject();
+  }
+  put(w, "version", o.version.empty() ? std::string_view(server_version()) : std::string_view(o.version));
+  if (!o.documentation_url.empty()) put(w, "documentationUrl", o.documentation_url);
+  w.Key("capabilities");
+  w.StartObject();
+  w.Key("streaming");
+  w.Bool(true);
+  w.Key("pushNotifications");
+  w.Bool(config.push_notifications);
+  w.Key("extendedAgentCard");  // v1.0
+  w.Bool(false);
+  w.Key("stateTransitionHistory");  // v0.3
+  w.Bool(false);
+  w.EndObject();
+  if (config.bearer_auth) {
+    // One scheme object readable in both versions: v0.3's {"type", "scheme"}
+    // and v1.0's oneof member "httpAuthSecurityScheme".
+    const char *about = "Authorization: Bearer <token>; each token maps to a principal who sees only its own Tasks.";
+    w.Key("securitySchemes");
+    w.StartObject();
+    w.Key("bearer");
+    w.StartObject();
+    put(w, "type", "http");
+    put(w, "scheme", "bearer");
+    put(w, "description", about);
+    w.Key("httpAuthSecurityScheme");
+    w.StartObject();
+    put(w, "scheme", "Bearer");
+    put(w, "description", about);
+    w.EndObject();
+    w.EndObject();
+    w.EndObject();
+    w.Key("security");  // v0.3
+    w.StartArray();
+    w.StartObject();
+    w.Key("bearer");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+    w.EndArray();
+    w.Key("securityRequirements");  // v1.0
+    w.StartArray();
+    w.StartObject();
+    w.Key("schemes");
+    w.StartObject();
+    w.Key("bearer");
+    w.StartObject();
+    w.Key("list");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+    w.EndObject();
+    w.EndArray();
+  }
+  put_list(w, "defaultInputModes", {"text/plain"});
+  put_list(w, "defaultOutputModes", {"text/plain"});
+  w.Key("skills");
+  w.StartArray();
+  for (const AgentSkill &s : config.skills) {
+    w.StartObject();
+    put(w, "id", s.id);
+    put(w, "name", s.name);
+    put(w, "description", s.description);
+    put_list(w, "tags", s.tags);
+    if (!s.examples.empty()) put_list(w, "examples", s.examples);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("supportsAuthenticatedExtendedCard");  // v0.3
+  w.Bool(false);
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+}  // namespace toolnexus::server_detail

@@ -1,0 +1,88 @@
+// server/src/wire/agent_card.hpp: the Agent Card (A2A v0.3 section 5.5, v1.0
+// section 8.4), served
+// at /.well-known/agent-card.json and /.well-known/agent.json.
+#ifndef TOOLNEXUS_SERVER_AGENT_CARD_HPP
+#define TOOLNEXUS_SERVER_AGENT_CARD_HPP
+
+#include "toolnexus/server.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toolnexus::server_detail {
+
+/// What the card says besides its url.
+struct CardConfig {
+  AgentCardOptions options;
+  std::vector<AgentSkill> skills;
+  /// Declares the "bearer" HTTP security scheme and requires it.
+  bool bearer_auth = false;
+  /// capabilities.pushNotifications.
+  bool push_notifications = false;
+};
+
+/// The card as JSON, readable by v1.0 and v0.3 clients alike: name,
+/// description, supportedInterfaces (v1.0 section 8.4: JSONRPC 1.0 at `url`,
+/// HTTP+JSON 1.0 at `url` without its trailing "/", JSONRPC 0.3 at `url`),
+/// the v0.3 fields protocolVersion "0.3.0", url, preferredTransport
+/// "JSONRPC", additionalInterfaces; provider (only when configured),
+/// version, documentationUrl (when set), capabilities {streaming: true,
+/// pushNotifications (as configured), extendedAgentCard: false,
+/// stateTransitionHistory: false}, securitySchemes with both versions'
+/// shapes and security (v0.3) / securityRequirements (v1.0) when
+/// bearer_auth, defaultInputModes and defaultOutputModes ["text/plain"],
+/// skills, supportsAuthenticatedExtendedCard: false.
+std::string agent_card_json(const CardConfig &config, std::string_view url);
+
+/// How one card request reached the server: its header fields (views into
+/// the request, "" when absent) and this server's side of the connection.
+struct CardRequest {
+  std::string_view host;               ///< Host
+  std::string_view forwarded;          ///< Forwarded (RFC 7239)
+  std::string_view x_forwarded_proto;  ///< X-Forwarded-Proto
+  std::string_view x_forwarded_host;   ///< X-Forwarded-Host
+  /// The local address the connection arrived on, as "ADDR:PORT" ("[V6]:PORT";
+  /// an IPv4-mapped IPv6 address as IPv4); "" when unknown.
+  std::string local;
+  /// The local address without the port ("127.0.0.1", "::1"; "" unknown).
+  std::string local_addr;
+  /// The local port (0 unknown).
+  uint16_t local_port = 0;
+  /// The local address is a loopback address (127.0.0.0/8, ::1).
+  bool loopback = false;
+};
+
+/// The card's url (the JSON-RPC endpoint; always ends in "/"), chosen so
+/// that no client can make the card point elsewhere than the operator
+/// allows (the card is cacheable: a forged url would send other clients to
+/// an attacker):
+///  1. options.public_url when set;
+///  2. only with options.trust_forwarded (a proxy in front sets them): the
+///     scheme from Forwarded proto= / X-Forwarded-Proto (http or https),
+///     the host from Forwarded host= / X-Forwarded-Host, when it is a
+///     well-formed host and, if options.allowed_hosts is not empty, one of
+///     them;
+///  3. the Host header when it names this server: an entry of
+///     options.allowed_hosts (see is_allowed_host), this connection's own
+///     local ADDR:PORT (ADDR alone when the port is 80), or, on a loopback
+///     connection, a loopback name (localhost, 127.x.y.z, [::1]) with any
+///     port;
+///  4. else the local address the request arrived on (`fallback`,
+///     "HOST:PORT" of the listen address, when that is unknown).
+/// The scheme is http, or https when 2. says so and the host comes from 2.,
+/// an allowed host or a loopback name (never for this server's own address,
+/// whose socket speaks plain HTTP). A host with characters outside
+/// [A-Za-z0-9.-_:[]] is never used.
+std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback);
+
+/// Whether `host` ("name" or "name:port", "[v6]" or "[v6]:port", as in a
+/// Host header) matches one of `allowed`: the names compare without case;
+/// an entry without a port matches any port, an entry with one matches
+/// only that port (a host without a port has `default_port`).
+bool is_allowed_host(std::string_view host, const std::vector<std::string> &allowed, uint16_t default_port);
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_AGENT_CARD_HPP

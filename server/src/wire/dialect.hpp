@@ -1,0 +1,118 @@
+// server/src/wire/dialect.hpp: the two A2A dialects the server speaks, each a
+// view of the one stored form of a Task.
+//
+// Stored form: A2A v0.3 JSON (what the original Elixir project wrote to
+// disk, so its directories still open): states "input-required", roles
+// "user"/"agent", parts {"kind":"text","text"} / {"kind":"file","file":{...}}
+// / {"kind":"data","data"}, "kind" members, RFC 3339 timestamps with
+// microseconds. Metadata keys starting "toolnexus/" (lease, pending request)
+// are server-private and never shown in either dialect.
+//
+// v0.3 view (no A2A-Version, or "0.x"): the stored JSON itself, less the
+// private metadata.
+// v1.0 view (A2A-Version: 1.0; spec v1.0 section 5.5 ProtoJSON): states
+// TASK_STATE_*, roles ROLE_*, parts as the proto oneof (text | raw | url |
+// data, with mediaType, filename, metadata), no "kind", timestamps in UTC
+// with milliseconds, empty lists left out.
+//
+// Part members v1.0 can express and v0.3 cannot (mediaType of a text or data
+// part) are kept in the stored part as an extra "mediaType" member, so a Task
+// written through one dialect reads the same through the other.
+#ifndef TOOLNEXUS_SERVER_DIALECT_HPP
+#define TOOLNEXUS_SERVER_DIALECT_HPP
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace toolnexus::server_detail {
+
+/// The protocol version a request speaks (A2A v1.0 section 3.6).
+enum class Dialect { v0_3, v1_0 };
+
+/// The JSON writer every response is built with.
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+/// "0.3" or "1.0".
+const char *dialect_name(Dialect d) noexcept;
+
+/// The dialect of a request from its A2A-Version service parameter (header,
+/// else query parameter; A2A v1.0 section 3.6): "" = `absent` (v0_3 on
+/// JSON-RPC, whose v0.3 clients send no header; v1_0 on the HTTP+JSON
+/// binding, which only v1.0 defines); "0.x" (x any number, patch allowed) =
+/// v0_3; "1", "1.0", "1.0.x" = v1_0. Leading/trailing blanks are ignored.
+/// Returns std::nullopt for anything else (the caller answers
+/// VersionNotSupported, -32009).
+std::optional<Dialect> dialect_for_version(std::string_view version, Dialect absent) noexcept;
+
+/// True for a Task metadata key the server keeps for itself ("toolnexus/...":
+/// lease, pending request); such keys are never shown to clients.
+bool is_private_metadata_key(std::string_view key) noexcept;
+
+/// Stored state name -> v1.0 enum name ("input-required" ->
+/// "TASK_STATE_INPUT_REQUIRED"; "unknown" and unrecognised names ->
+/// "TASK_STATE_UNSPECIFIED").
+std::string_view state_to_v1(std::string_view stored) noexcept;
+
+/// A state filter in either spelling ("input-required" or
+/// "TASK_STATE_INPUT_REQUIRED"; "TASK_STATE_CANCELLED" too) -> stored name,
+/// or std::nullopt when it names no state.
+std::optional<std::string> state_from_any(std::string_view s);
+
+/// A stored RFC 3339 time in the v1.0 form: UTC, milliseconds,
+/// "2026-03-12T10:00:00.123Z". Text that does not parse is returned as is.
+std::string timestamp_to_v1(std::string_view stored);
+
+/// How much of a Task a response shows.
+struct TaskView {
+  /// < 0: the whole history; 0: none (v1.0 leaves "history" out, v0.3 shows
+  /// []); N: the N most recent messages (A2A historyLength).
+  int64_t history_length = -1;
+  /// false: "artifacts" left out (ListTasks without includeArtifacts).
+  bool include_artifacts = true;
+};
+
+/// Writes a stored Task (`task`, an object) as `d` shows it, following
+/// `view`. Private metadata is left out (and "metadata" with it when nothing
+/// else is in it). Does not modify `task`.
+void write_task(JsonWriter &w, const rapidjson::Value &task, Dialect d, const TaskView &view);
+
+/// Writes a stored Message as `d` shows it.
+void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d);
+
+/// Writes a stored TaskStatus ({"state", "timestamp"?, "message"?}) as `d`
+/// shows it (v1.0: TASK_STATE_*, millisecond timestamp).
+void write_status(JsonWriter &w, const rapidjson::Value &status, Dialect d);
+
+/// Writes a stored Artifact as `d` shows it.
+void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d);
+
+/// The v0.3 view of stored Task bytes without building a DOM (GetTask's fast
+/// path): appends to `out` the JSON of `json` less its private metadata.
+/// Returns false (leaving `out` with partial output the caller discards)
+/// when `json` is not one well-formed, UTF-8-valid JSON object whose
+/// top-level "id" is `id`: bytes that belong to another Task are never
+/// served as this one. Iterative (no recursion on nesting).
+bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjson::StringBuffer &out);
+
+/// The check of filter_stored_task_v03 alone, writing nothing: `json` is one
+/// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`.
+bool is_stored_task_of(std::string_view json, std::string_view id);
+
+/// Converts a v1.0 Message (A2A v1.0 section 4.1.4 Message, 4.1.6 Part) to
+/// the stored form, allocated in `a`. Checks it as it goes and throws
+/// RpcError(-32602 invalid params) naming the offending member under `base`
+/// ("params.message.parts[0]: a part must have exactly one of text, raw,
+/// url or data"). Accepts the proto field names too (message_id, ...), as
+/// ProtoJSON parsers must.
+rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &base,
+                                 rapidjson::Document::AllocatorType &a);
+
+}  // namespace toolnexus::server_detail
+
+#endif  // TOOLNEXUS_SERVER_DIALECT_HPP
