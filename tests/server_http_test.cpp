@@ -45,7 +45,9 @@ TEST_CASE("framing errors are refused by the HTTP layer with the reason") {
        post_head("Content-Length: 5\r\nContent-Length: 6\r\n") + kList, 400, "two different"},
       {"Content-Length and Transfer-Encoding",
        post_head("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n", 400, "both"},
-      {"gzip transfer coding", post_head("Transfer-Encoding: gzip\r\n"), 501, "gzip"},
+      {"gzip transfer coding, chunked last", post_head("Transfer-Encoding: gzip, chunked\r\n"), 501, "gzip"},
+      // RFC 9112 section 6.3: chunked not the final coding: the length cannot be known, 400.
+      {"gzip transfer coding alone", post_head("Transfer-Encoding: gzip\r\n"), 400, "chunked must be the last"},
       {"bad chunk size", post_head("Transfer-Encoding: chunked\r\n") + "zz\r\n{}\r\n0\r\n\r\n", 400,
        "bad chunk size 'zz'"},
       {"negative chunk size", post_head("Transfer-Encoding: chunked\r\n") + "-1\r\n{}\r\n0\r\n\r\n", 400,
@@ -70,6 +72,70 @@ TEST_CASE("framing errors are refused by the HTTP layer with the reason") {
   // Nothing reached the store, and the server serves the next client.
   Client ok(server.url());
   CHECK(ok.call("ListTasks", "{}")["result"]["totalSize"].GetInt() == 0);
+}
+
+TEST_CASE("request smuggling: a head that a proxy could read otherwise is refused (RFC 9112)") {
+  auto server = toolnexus::serve(test_options());
+  const int port = port_of(server.url());
+  // A complete second request, hidden in the body of the first: a server
+  // that ignores the first's framing answers it too.
+  const std::string smuggled = "GET /tasks HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string cl = std::to_string(smuggled.size());
+  struct Case {
+    const char *what;
+    std::string request;
+    int status;
+    const char *says;
+  };
+  const std::vector<Case> cases = {
+      {"whitespace before the colon", post_head("Content-Length : " + cl + "\r\n") + smuggled, 400,
+       "whitespace between the field name 'Content-Length' and the colon"},
+      {"tab before the colon", post_head("Content-Length\t: " + cl + "\r\n") + smuggled, 400, "and the colon"},
+      {"obs-fold", post_head("X-A: 1\r\n Content-Length: " + cl + "\r\n") + smuggled, 400, "obs-fold"},
+      {"bare LF ends a line", "POST / HTTP/1.1\r\nHost: x\nContent-Length: " + cl + "\r\n\r\n" + smuggled, 400,
+       "bare LF"},
+      {"bare CR in a line", post_head("X-A: 1\rContent-Length: " + cl + "\r\n") + smuggled, 400, "bare CR"},
+      {"NUL in a value", post_head(std::string("X-A: a\0b\r\n", 10)) + smuggled, 400, "control character"},
+      {"field name not a token", post_head("Content[Length]: " + cl + "\r\n") + smuggled, 400, "not a token"},
+      {"no colon", post_head("Content-Length " + cl + "\r\n") + smuggled, 400, "has no colon"},
+      {"chunked twice in one field", post_head("Transfer-Encoding: chunked, chunked\r\n") + "0\r\n\r\n", 400,
+       "more than once"},
+      {"chunked in two fields", post_head("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n",
+       400, "more than once"},
+      {"chunked not last", post_head("Transfer-Encoding: chunked, identity\r\n") + "0\r\n\r\n", 400, "last"},
+      {"empty Transfer-Encoding", post_head("Transfer-Encoding: ,\r\n") + smuggled, 400, "empty"},
+      {"HTTP/9.9", "GET /tasks HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP version 9.9 is not supported"},
+      {"HTTP/2.0 in an HTTP/1 request line", "GET /tasks HTTP/2.0\r\nHost: x\r\n\r\n", 505, "2.0"},
+      {"HTTP/1.10", "GET /tasks HTTP/1.10\r\nHost: x\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
+      {"lower-case http", "GET /tasks http/1.1\r\nHost: x\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
+      {"two spaces in the request line", "GET  /tasks HTTP/1.1\r\nHost: x\r\n\r\n", 400, "single spaces"},
+      {"a space in the target", "GET /tasks x HTTP/1.1\r\nHost: x\r\n\r\n", 400, "single spaces"},
+      {"a raw non-ASCII byte in the target", "GET /tasks/\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n", 400,
+       "percent-encode"},
+      {"HTTP/1.1 without Host", "GET /tasks HTTP/1.1\r\n\r\n", 400, "must have a Host field"},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.what);
+    Connection conn(port);
+    conn.send_raw(c.request);
+    HttpResponse r = conn.read_response(3000ms);
+    CHECK(r.status == c.status);
+    CHECK_MESSAGE(r.body.find(c.says) != std::string::npos, r.body);
+    // One answer, then the connection closes: the hidden request is never run.
+    HttpResponse second = conn.read_response(3000ms);
+    CHECK(second.closed);
+    CHECK(second.status == 0);
+  }
+  // What RFC 9112 allows still works: HTTP/1.2 is served as HTTP/1.1, an
+  // HTTP/1.0 request needs no Host, OWS around a value is fine.
+  for (const std::string &ok : {std::string("GET /.well-known/agent-card.json HTTP/1.2\r\nHost: x\r\n\r\n"),
+                                std::string("GET /.well-known/agent-card.json HTTP/1.0\r\n\r\n"),
+                                std::string("GET /.well-known/agent-card.json HTTP/1.1\r\nHost:\t x \t\r\n\r\n")}) {
+    CAPTURE(ok);
+    CHECK(exchange(port, ok).status == 200);
+  }
+  Client client(server.url());
+  CHECK(client.call("ListTasks", "{}")["result"]["totalSize"].GetInt() == 0);
 }
 
 TEST_CASE("a chunked body is de-chunked (extensions and trailers allowed)") {

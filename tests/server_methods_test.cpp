@@ -184,10 +184,12 @@ TEST_CASE("the Agent Card") {
 
 namespace {
 
-// GET the card with exactly these header lines (Host included or not).
+// GET the card with exactly these header lines (Host included or not: a
+// request without Host is HTTP/1.0, since HTTP/1.1 requires one).
 std::string card_url_for(int port, const std::string &headers) {
   Connection conn(port);
-  REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\n" + headers + "\r\n"));
+  const char *version = headers.find("Host:") == std::string::npos ? "HTTP/1.0" : "HTTP/1.1";
+  REQUIRE(conn.send_raw(std::string("GET /.well-known/agent-card.json ") + version + "\r\n" + headers + "\r\n"));
   auto r = conn.read_response();
   REQUIRE(r.status == 200);
   auto card = parse(r.body);

@@ -3,6 +3,7 @@
 #include "wire/http_reactor.hpp"
 #include "common/semaphore.hpp"
 #include "common/util.hpp"
+#include "wire/http_head.hpp"
 
 
 #include <Poco/Exception.h>
@@ -43,19 +44,7 @@ constexpr int kTickMs = 50;
 constexpr auto kLinger = std::chrono::milliseconds(2000);
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+std::string_view trim(std::string_view s) { return trim_ows(s); }
 
 // A strict incremental decoder of a chunked request body (RFC 9112
 // section 7.1): hex size (chunk extensions ignored), CRLF, data, CRLF, ...,
@@ -485,6 +474,11 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
         fail(c, 431, "the request header is larger than " + std::to_string(limits.max_header_bytes) + " bytes");
         return true;
       }
+      // RFC 9112 first: Poco's reader is lenient where a proxy may not be.
+      if (HeadVerdict v = check_request_head(std::string_view(c.in).substr(0, end + 4)); v.status != 0) {
+        fail(c, v.status, "malformed request header: " + v.why);
+        return true;
+      }
       auto req = std::make_unique<HttpRequest>();
       try {
         std::istringstream head(c.in.substr(0, end + 4));
@@ -561,16 +555,15 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       why = "the request has " + std::to_string(hosts) + " Host header fields (at most one is allowed)";
       return 400;
     }
-    bool has_te = false;
-    for (auto it = h.find("Transfer-Encoding"); it != h.end() && iequals(it->first, "Transfer-Encoding"); ++it) {
-      has_te = true;
-      if (!iequals(trim(it->second), "chunked")) {
-        why = "Transfer-Encoding '" + it->second.substr(0, 60) + "' is not supported (only chunked)";
-        return 501;
-      }
-      if (c.body_mode == Conn::Body::chunked) {
-        why = "Transfer-Encoding: chunked is given twice";
-        return 400;
+    std::vector<std::string> te;
+    for (auto it = h.find("Transfer-Encoding"); it != h.end() && iequals(it->first, "Transfer-Encoding"); ++it)
+      te.push_back(it->second);
+    const bool has_te = !te.empty();
+    if (has_te) {
+      const TransferCoding coding = parse_transfer_encoding(te.data(), te.size());
+      if (coding.status != 0) {
+        why = coding.why;
+        return coding.status;
       }
       c.body_mode = Conn::Body::chunked;
     }
