@@ -379,3 +379,58 @@ TEST_CASE("a subscriber on server B sees every event of a Task running on server
   }
   CHECK(text == "across two servers now");
 }
+
+TEST_CASE("a stream ends right after its final event while its client is still reading a large frame") {
+  // Issue 19 item 1: frames queued while the connection was still writing an
+  // earlier, large one (the socket full) were left in the stream's queue once
+  // that write finished: the final event and the end never came.
+  auto server = serve_with("approval", 0, [](toolnexus::ServerOptions &o) { o.limits.max_body_bytes = 4 << 20; });
+  Client c(server.url());
+  for (const std::string answer : {"deny", "approve"}) {
+    CAPTURE(answer);
+    // A parked Task whose snapshot (~1.5 MB of history) outgrows every socket buffer.
+    const std::string id = task_id(c.send("deploy " + std::string(1500000, 'x')));
+    c.wait_settled(id);
+    Connection conn(port_of(server.url()));
+    SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
+    REQUIRE(sse.status() == 200);
+    // The client reads nothing while the snapshot is being written and the
+    // Task runs to its end (its events queue behind the snapshot).
+    std::this_thread::sleep_for(300ms);
+    c.send(answer, R"("taskId":)" + q(id));
+    std::this_thread::sleep_for(300ms);
+    auto events = sse.rest(10000ms);
+    CHECK_MESSAGE(sse.ended(), "the stream did not end; events read: " << events.size());
+    REQUIRE(events.size() >= 2);
+    const auto last = parse(events.back().data);
+    const std::string want = answer == "deny" ? "TASK_STATE_REJECTED" : "TASK_STATE_COMPLETED";
+    REQUIRE(last.HasMember("statusUpdate"));
+    CHECK(std::string(last["statusUpdate"]["status"]["state"].GetString()) == want);
+  }
+}
+
+TEST_CASE("Last-Event-ID above the Task's newest event: the snapshot, then the live events of a parked Task") {
+  // Issue 19 item 2: an id from another Task (or a store restored from a
+  // backup) gave the snapshot and ended the stream at once, although the
+  // parked Task's later events were still to come.
+  auto server = serve_with("approval");
+  Client c(server.url());
+  const std::string id = task_id(c.send("deploy 2.0"));
+  c.wait_settled(id);  // timeline: 1 submitted, 2 working, 3 input-required
+  Connection conn(port_of(server.url()));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(id) + "}", "5", kV1 + "Last-Event-ID: 999\r\n"));
+  auto snap = sse.next();
+  REQUIRE(snap);
+  CHECK(snap->id == "3");
+  CHECK(std::string(parse(snap->data)["result"]["task"]["status"]["state"].GetString()) == "TASK_STATE_INPUT_REQUIRED");
+  // Still open while the Task waits.
+  CHECK(!sse.next(300ms));
+  CHECK(sse.timed_out());
+  c.send("approve", R"("taskId":)" + q(id));
+  auto rest = sse.rest();
+  CHECK(sse.ended());
+  REQUIRE(rest.size() == 3);
+  CHECK(rest[0].id == "4");
+  CHECK(std::string(parse(rest[2].data)["result"]["statusUpdate"]["status"]["state"].GetString()) ==
+        "TASK_STATE_COMPLETED");
+}

@@ -1,6 +1,6 @@
 // toolnexus/server.hpp: the embedding API of the A2A JSON-RPC server
 // ("toolnexus serve"). serve() starts a server (an epoll event loop over
-// Poco sockets and Poco's HTTP message parsing, server/src/http_reactor.hpp) and
+// Poco sockets and Poco's HTTP message parsing, server/src/wire/http_reactor.hpp) and
 // returns a handle; every Task read and write goes through the configured
 // TaskStore (nothing is kept in memory as the truth), so several servers may
 // share one store.
@@ -102,7 +102,7 @@ struct AgentCardOptions {
 };
 
 /// Limits on what a client may send and how long it may take. Connections
-/// are served by one event loop (server/src/http_reactor.hpp): a connection
+/// are served by one event loop (server/src/wire/http_reactor.hpp): a connection
 /// costs a thread only while a complete request is being handled, so slow or
 /// idle clients never hold the request threads.
 struct ServerLimits {

@@ -58,12 +58,14 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
       started_ = true;
       if (resume_after_) {
         cursor_ = *resume_after_;
-        // A cursor from the future (another store, a reset Task): start over.
+        // A cursor from the future (another Task's id, a store restored
+        // from a backup): start over as a new subscriber would, with the
+        // snapshot and then the live events. Nothing changed since the
+        // stream began, so a parked Task keeps it open (docs/streaming.md).
         if (cursor_ > event_seq(latest->task)) {
           append_payload_frame(frames, style_, event_seq(latest->task),
                                cache.snapshot(latest->task, latest->version, d, history_length_));
           cursor_ = event_seq(latest->task);
-          changed_ = true;
         }
       } else if (first_) {
         // The Task as the stream began (not cached: rendered once).

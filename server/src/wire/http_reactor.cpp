@@ -776,6 +776,14 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
         }
         return;
       }
+      // Frames queued (and an end asked for) while this connection was
+      // still writing: their wake-up found c.out busy and left them to us.
+      // Without this pump they waited for a next write that, after the
+      // Task's final event, never came (issue 19 item 1).
+      if (SseStream::Internal::has_queued(*c.stream) || SseStream::Internal::end_requested(*c.stream)) {
+        pump_stream(c);
+        return;
+      }
       set_events(c, EPOLLIN | EPOLLRDHUP);
       auto s = c.stream;  // the callback may write (re-entering via the wake)
       SseStream::Internal::drained(*s);
