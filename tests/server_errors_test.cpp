@@ -254,7 +254,11 @@ namespace {
 void check_echoed(const std::string &body, const std::string &id, const std::string &member) {
   CAPTURE(body.substr(0, 300));
   CHECK(body.rfind(R"({"jsonrpc":"2.0","id":)" + id + R"(,")" + member + R"(":)", 0) == 0);
-  parse(body);  // and the whole answer is JSON
+  // And the whole answer is JSON (the id replaced: RapidJSON reads no
+  // number beyond a double, such as 1e400).
+  std::string rest = body;
+  rest.replace(std::string(R"({"jsonrpc":"2.0","id":)").size(), id.size(), "0");
+  parse(rest);
 }
 
 }  // namespace
@@ -266,7 +270,9 @@ TEST_CASE("ids that are not int64/uint64 numbers are echoed byte for byte (JSON-
   const std::vector<std::string> ids = {"18446744073709551616", "18446744073709551617", "-9223372036854775809",
                                         "123456789012345678901234567890", "1.5", "-0", "-0.0", "1.0", "1E2",
                                         "1e-7", "2.50", "0.1000000000000000055511151231257827", "1e308",
-                                        "18446744073709551615", "-9223372036854775808", "0", "-1"};
+                                        "18446744073709551615", "-9223372036854775808", "0", "-1",
+                                        // Beyond a double's range (issue 19 item 8: was -32700, id null).
+                                        "1e400", "-1E+999"};
   for (const std::string &version : {std::string(), std::string("A2A-Version: 1.0\r\n")}) {
     for (const std::string &id : ids) {
       CAPTURE(version);
@@ -290,11 +296,26 @@ TEST_CASE("ids that are not int64/uint64 numbers are echoed byte for byte (JSON-
                    id, "error");
     }
   }
-  SUBCASE("a number beyond a double is not JSON RapidJSON reads: -32700, id null") {
-    auto d = parse(conn.post(R"({"jsonrpc":"2.0","id":1e400,"method":"ListTasks"})").body);
-    CHECK(to_json(d["id"]) == "null");
-    CHECK(d["error"]["code"].GetInt() == -32700);
-    CHECK(std::string(d["error"]["message"].GetString()).find("Number too big") != std::string::npos);
+  SUBCASE("a number beyond a double anywhere but the id: -32700, id null, the byte where it is") {
+    struct Case {
+      std::string body;
+      std::size_t at;  // where the number begins
+    };
+    // The last one: a nested member named "id" is not the id.
+    const std::vector<Case> cases = {
+        {R"({"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{"n":1e400}})", 59},
+        {R"({"jsonrpc":"2.0","params":{"n":1e400},"id":1e400,"method":"x"})", 31},
+        {R"({"jsonrpc":"2.0","id":1e400,"method":"x","params":{"n":-1e400}})", 55},
+        {R"({"jsonrpc":"2.0","params":{"id":1e400},"id":0,"method":"x"})", 32}};
+    for (const Case &c : cases) {
+      CAPTURE(c.body);
+      auto d = parse(conn.post(c.body).body);
+      CHECK(to_json(d["id"]) == "null");
+      CHECK(d["error"]["code"].GetInt() == -32700);
+      const std::string message = d["error"]["message"].GetString();
+      CHECK(message.find("Number too big") != std::string::npos);
+      CHECK_MESSAGE(message.find("at byte " + std::to_string(c.at)) != std::string::npos, message);
+    }
   }
 }
 
@@ -376,4 +397,29 @@ TEST_CASE("HTTP surface: 404 for anything but POST /, the card and the HTTP+JSON
   for (char &ch : connection) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   CHECK(connection == "keep-alive");
   CHECK(other.post(R"({"jsonrpc":"2.0","id":2,"method":"ListTasks"})").status == 200);
+}
+
+TEST_CASE("REST paths: a malformed percent-escape is 400; an id with NUL or non-UTF-8 bytes is quoted whole") {
+  // Issue 19 item 8: /tasks/%ZZ answered 500 (and logged an error); an id
+  // with NUL cut the 404 message at the NUL; a byte that is not UTF-8 made
+  // the answer invalid JSON.
+  Fixture f;
+  Connection conn(port_of(f.server.url()));
+  for (const std::string path : {"/tasks/%ZZ", "/tasks/%", "/tasks/x%4", "/tasks/%G0:cancel"}) {
+    CAPTURE(path);
+    HttpResponse r = conn.get(path, "A2A-Version: 1.0\r\n");
+    CHECK(r.status == 400);
+    CHECK_MESSAGE(r.body.find("malformed percent-escape") != std::string::npos, r.body);
+  }
+  HttpResponse nul = conn.get("/tasks/a%00b", "A2A-Version: 1.0\r\n");
+  CHECK(nul.status == 404);
+  CHECK(std::string(parse(nul.body)["error"]["message"].GetString()) == "Task 'a\\x00b' not found");
+  HttpResponse latin1 = conn.get("/tasks/caf%E9", "A2A-Version: 1.0\r\n");
+  CHECK(latin1.status == 404);
+  CHECK(std::string(parse(latin1.body)["error"]["message"].GetString()) == "Task 'caf\\xe9' not found");
+  // JSON-RPC: the same message; valid UTF-8 is shown as it is.
+  auto d = parse(conn.post(R"({"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"a\u0000b"}})").body);
+  CHECK(std::string(d["error"]["message"].GetString()) == "Task 'a\\x00b' not found");
+  d = parse(conn.post(R"({"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"café"}})").body);
+  CHECK(std::string(d["error"]["message"].GetString()) == "Task 'café' not found");
 }

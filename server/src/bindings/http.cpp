@@ -145,6 +145,10 @@ class Router {
         case RestMatch::matched: status = rest(req, out, b, principal, route); break;
         case RestMatch::method_not_allowed: status = method_not_allowed(req, out, allow); break;
         case RestMatch::not_found: status = not_found(out); break;
+        case RestMatch::bad_request:
+          out.reply(http_error_reply(400, route.error));
+          status = 400;
+          break;
       }
     }
     // The answer has been copied out: a large one's buffers are freed now,

@@ -4,6 +4,8 @@
 #include "common/util.hpp"
 
 #include <Poco/URI.h>
+
+#include <cctype>
 #include <rapidjson/error/en.h>
 
 namespace toolnexus::server_detail {
@@ -86,6 +88,17 @@ void add_string(rapidjson::Document &d, std::string_view name, std::string_view 
 
 RestMatch match_rest_route(std::string_view http_method, std::string_view path, RestRoute &route,
                            std::string &allow) {
+  // Every '%' starts an escape of two hex digits (RFC 3986 section 2.1):
+  // checked here so that decoding never fails later.
+  for (std::size_t i = path.find('%'); i != std::string_view::npos; i = path.find('%', i + 1)) {
+    if (i + 2 >= path.size() || std::isxdigit(static_cast<unsigned char>(path[i + 1])) == 0 ||
+        std::isxdigit(static_cast<unsigned char>(path[i + 2])) == 0) {
+      route = RestRoute{};
+      route.error = "malformed percent-escape " + in_quotes(path.substr(i, 3)) + " at byte " + std::to_string(i) +
+                    " of the path (RFC 3986 section 2.1: '%' and two hex digits)";
+      return RestMatch::bad_request;
+    }
+  }
   while (!path.empty() && path.front() == '/') path.remove_prefix(1);
   if (!path.empty() && path.back() == '/') path.remove_suffix(1);
   std::vector<std::string_view> segs;

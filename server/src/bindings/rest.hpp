@@ -36,10 +36,14 @@ struct RestRoute {
   std::string task_id;
   /// The push config id segment of .../pushNotificationConfigs/{cid}.
   std::string config_id;
+  /// bad_request: what is wrong with the path (a sentence naming it).
+  std::string error;
 };
 
 /// Result of matching a request line against the routes.
-enum class RestMatch { matched, not_found, method_not_allowed };
+/// bad_request: the path cannot be read (a malformed percent-escape,
+/// RFC 3986 section 2.1); RestRoute::error says where. Answered 400.
+enum class RestMatch { matched, not_found, method_not_allowed, bad_request };
 
 /// Matches `http_method` and the request path `path` (still percent-encoded,
 /// without the query; leading slashes are folded, so a base URL ending in

@@ -13,6 +13,37 @@
 
 namespace toolnexus::server_detail {
 
+std::string in_quotes(std::string_view s) {
+  static const char *hex = "0123456789abcdef";
+  constexpr std::size_t kMax = 200;
+  std::string out = "'";
+  std::size_t i = 0;
+  while (i < s.size() && i < kMax) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 1;
+    if (c >= 0xc0 && c < 0xe0) n = 2;
+    else if (c >= 0xe0 && c < 0xf0) n = 3;
+    else if (c >= 0xf0) n = 4;
+    if (c >= 0x80 && (n == 1 || !is_valid_utf8(s.substr(i, n)))) n = 0;  // not a sequence: one byte, escaped
+    if (n >= 2) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+    ++i;
+  }
+  if (i < s.size()) out += "...";
+  out += '\'';
+  return out;
+}
+
 std::string new_uuid() {
   thread_local std::mt19937_64 rng([] {
     std::random_device rd;

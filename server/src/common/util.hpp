@@ -26,6 +26,13 @@ inline constexpr const char *kPendingKey = "toolnexus/pending";
 /// Thread-safe (per-thread generator seeded from std::random_device).
 std::string new_uuid();
 
+/// `s` in single quotes for a message or a log line: control bytes, DEL and
+/// bytes that are not valid UTF-8 shown as \xNN, cut after 200 bytes with
+/// "..." ("'a\x00b'"). The result is valid UTF-8 without NUL, so it survives
+/// std::exception::what() (a C string: an id with NUL used to cut the
+/// message there) and JSON output (invalid UTF-8 made the answer invalid).
+std::string in_quotes(std::string_view s);
+
 /// The member `name` of `obj`, or nullptr when `obj` is not an object or has
 /// no such member.
 const rapidjson::Value *find(const rapidjson::Value &obj, std::string_view name) noexcept;

@@ -1,5 +1,6 @@
 // The SSE stream of one Task (see streams.hpp).
 #include "delivery/streams.hpp"
+#include "common/util.hpp"
 
 #include "wire/errors.hpp"
 #include "wire/sse.hpp"
@@ -105,7 +106,7 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
 
   void on_gone() override {
     std::string frame;
-    append_error_frame(frame, style_, rpc_code::kTaskNotFound, "Task '" + task_id() + "' was removed from the store",
+    append_error_frame(frame, style_, rpc_code::kTaskNotFound, "Task " + in_quotes(task_id()) + " was removed from the store",
                        style_.binding == Binding::jsonrpc ? "params.id" : "id");
     sse_->write(frame);
     end();

@@ -361,17 +361,17 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
-  const std::string not_found = "Task '" + id + "' not found";
+  const std::string not_found = "Task " + in_quotes(id) + " not found";
   int64_t lease_time = 0;
   UpdateResult r = update(id, [&](Snapshot &s) {
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
-      throw LifecycleError(LifecycleErrc::terminal, "Task '" + id + "' is " + state +
+      throw LifecycleError(LifecycleErrc::terminal, "Task " + in_quotes(id) + " is " + state +
                                                         "; a terminal Task accepts no more messages");
     if (!ts::is_interrupted(state))
       throw LifecycleError(LifecycleErrc::not_interrupted,
-                           "Task '" + id + "' is " + (state.empty() ? std::string("in no state") : state) +
+                           "Task " + in_quotes(id) + " is " + (state.empty() ? std::string("in no state") : state) +
                                "; it accepts a message only while input-required or auth-required");
     const std::string_view msg_ctx = str(find(message, "contextId"));
     if (!msg_ctx.empty() && msg_ctx != s.task.context_id())
@@ -409,13 +409,13 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
 
 Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, const std::string &tenant) {
   const std::string id(task_id);
-  const std::string not_found = "Task '" + id + "' not found";
+  const std::string not_found = "Task " + in_quotes(id) + " not found";
   UpdateResult r = update(id, [&](Snapshot &s) {
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
       throw LifecycleError(LifecycleErrc::not_cancelable,
-                           "Task '" + id + "' is already " + state + " and cannot be canceled");
+                           "Task " + in_quotes(id) + " is already " + state + " and cannot be canceled");
     remove_task_metadata(s.task, kLeaseKey);
     remove_task_metadata(s.task, kPendingKey);
     set_status_event(s.task, ts::kCanceled);
@@ -437,7 +437,7 @@ Task TaskLifecycle::wait_until_settled(TaskWatch::Hold &hold, const std::string 
       },
       timeout, &gone);
   if (gone || !latest || latest->owner != owner || latest->tenant != tenant)
-    throw LifecycleError(LifecycleErrc::not_found, "Task '" + hold.id() + "' not found");
+    throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(hold.id()) + " not found");
   if (version != nullptr) *version = latest->version;
   return latest->task;
 }
@@ -471,7 +471,7 @@ bool TaskLifecycle::save_unsaved(const std::string &id, const std::shared_ptr<Ac
   active->stored = true;
   active->unsaved.reset();
   watch_.publish(s);
-  if (log_.enabled(LogLevel::debug)) log_.debug("Task '" + id + "' saved before its outcome (it runs long)");
+  if (log_.enabled(LogLevel::debug)) log_.debug("Task " + in_quotes(id) + " saved before its outcome (it runs long)");
   return true;
 }
 
@@ -484,7 +484,7 @@ Snapshot TaskLifecycle::persist(const std::string &task_id) {
   }
   if (active) save_unsaved(task_id, active, {});
   std::optional<TaskRecord> rec = store_->get(task_id);
-  if (!rec) throw LifecycleError(LifecycleErrc::not_found, "Task '" + task_id + "' not found");
+  if (!rec) throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(task_id) + " not found");
   Snapshot s;
   s.task = rec->task();
   s.version = rec->version;
@@ -496,7 +496,7 @@ Snapshot TaskLifecycle::persist(const std::string &task_id) {
 Snapshot TaskLifecycle::edit(std::string_view task_id, const std::string &owner, const std::string &tenant,
                              const std::function<bool(Task &)> &change) {
   const std::string id(task_id);
-  const std::string not_found = "Task '" + id + "' not found";
+  const std::string not_found = "Task " + in_quotes(id) + " not found";
   UpdateResult r = update(id, [&](Snapshot &s) {
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
     return change(s.task) ? Verdict::save : Verdict::keep;
@@ -588,14 +588,14 @@ void TaskLifecycle::run_claimed(WorkItem &item) {
     run(item);
   } catch (const StoreError &e) {
     // Details (paths, backend messages) go to the log, not to the client.
-    log_.error("Task '" + item.id + "': the task store failed during fulfilment: " + e.what());
+    log_.error("Task " + in_quotes(item.id) + ": the task store failed during fulfilment: " + e.what());
     fail_after_error(item.id, item.active, std::string("the task store failed (") + status_name(e.code()) +
                                   "); details are in the server log");
   } catch (const std::exception &e) {
-    log_.error("Task '" + item.id + "': fulfilment failed: " + e.what());
+    log_.error("Task " + in_quotes(item.id) + ": fulfilment failed: " + e.what());
     fail_after_error(item.id, item.active, e.what());
   } catch (...) {
-    log_.error("Task '" + item.id + "': fulfilment failed with an unknown exception");
+    log_.error("Task " + in_quotes(item.id) + ": fulfilment failed with an unknown exception");
     fail_after_error(item.id, item.active, "unknown error");
   }
   unregister_active(item.id, item.active);
@@ -851,7 +851,7 @@ void TaskLifecycle::run(WorkItem &item) {
         return base;
       }());
   if (!too_large.empty()) {
-    log_.warn("Task '" + id + "' failed: " + too_large);
+    log_.warn("Task " + in_quotes(id) + " failed: " + too_large);
     fail_after_error(id, item.active, too_large);
     return;
   }
@@ -859,7 +859,7 @@ void TaskLifecycle::run(WorkItem &item) {
     mark_stored(*item.active);
     progress.saved();
     if (log_.enabled(LogLevel::debug))
-      log_.debug("Task '" + id + "' is " + std::string(done.snap.task.state()));
+      log_.debug("Task " + in_quotes(id) + " is " + std::string(done.snap.task.state()));
   }
 }
 
@@ -873,7 +873,7 @@ void TaskLifecycle::save_working(const std::string &id, const std::shared_ptr<Ac
       return Verdict::save;
     });
   } catch (const std::exception &e) {
-    log_.warn("Task '" + id + "': could not save that it is working: " + e.what());
+    log_.warn("Task " + in_quotes(id) + ": could not save that it is working: " + e.what());
   }
 }
 
@@ -903,10 +903,10 @@ void TaskLifecycle::fail_after_error(const std::string &id, const std::shared_pt
       // Never saved and now unsavable: its waiter is told, nothing is left.
       const auto *se = dynamic_cast<const StoreError *>(&e);
       watch_.fail(id, se != nullptr ? se->code() : Status::internal, e.what());
-      log_.error("Task '" + id + "': could not be saved: " + e.what());
+      log_.error("Task " + in_quotes(id) + ": could not be saved: " + e.what());
       return;
     }
-    log_.error("Task '" + id + "': could not record the failure either: " + e.what() +
+    log_.error("Task " + in_quotes(id) + ": could not record the failure either: " + e.what() +
                " (its lease will expire and another sweep will settle it)");
   }
 }
@@ -930,7 +930,7 @@ void TaskLifecycle::fail_unstarted(WorkItem &item, const char *why) {
         },
         std::move(item.snap));
   } catch (const std::exception &e) {
-    log_.error("Task '" + item.id + "': could not record that it was not run: " + e.what());
+    log_.error("Task " + in_quotes(item.id) + ": could not record that it was not run: " + e.what());
   }
   unregister_active(item.id, item.active);
 }
@@ -973,7 +973,7 @@ void TaskLifecycle::renew_due() {
       try {
         if (save_unsaved(id, active, [](Task &t) { set_status_event(t, ts::kWorking); })) continue;
       } catch (const std::exception &e) {
-        log_.warn("Task '" + id + "': could not save it before its outcome: " + e.what());
+        log_.warn("Task " + in_quotes(id) + ": could not save it before its outcome: " + e.what());
         continue;
       }
     }
@@ -996,11 +996,11 @@ void TaskLifecycle::renew_due() {
       }
       if (gone) {
         if (log_.enabled(LogLevel::debug))
-          log_.debug("Task '" + id + "' was canceled, settled or taken over elsewhere; stopping it here");
+          log_.debug("Task " + in_quotes(id) + " was canceled, settled or taken over elsewhere; stopping it here");
         active->cancel = true;
       }
     } catch (const std::exception &e) {
-      log_.warn("Task '" + id + "': could not check whether it was canceled: " + e.what());
+      log_.warn("Task " + in_quotes(id) + ": could not check whether it was canceled: " + e.what());
     }
   }
   for (auto &[id, active] : due) {
@@ -1022,7 +1022,7 @@ void TaskLifecycle::renew_due() {
         active->cancel = true;
       }
     } catch (const std::exception &e) {
-      log_.warn("Task '" + id + "': could not renew its lease: " + e.what());
+      log_.warn("Task " + in_quotes(id) + ": could not renew its lease: " + e.what());
     }
   }
 }

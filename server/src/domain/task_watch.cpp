@@ -197,7 +197,7 @@ void TaskWatch::deliver(const std::string &id) {
         keep = sub->on_update(latest, e->shared);
       }
     } catch (const std::exception &ex) {
-      log_.error("Task '" + id + "': a subscriber failed: " + ex.what());
+      log_.error("Task " + in_quotes(id) + ": a subscriber failed: " + ex.what());
       keep = false;
     }
     if (!keep) finished.push_back(sub.get());
@@ -295,7 +295,7 @@ void TaskWatch::poll_loop() {
           snap = std::move(p);
         }
       } catch (const std::exception &ex) {
-        log_.warn("Task '" + id + "': could not re-read it for its watchers: " + ex.what());
+        log_.warn("Task " + in_quotes(id) + ": could not re-read it for its watchers: " + ex.what());
         continue;
       }
       Shard &s = shard(id);

@@ -485,7 +485,7 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
   // The config id: v1.0 params.id; v0.3 params.pushNotificationConfigId.
   std::optional<std::string_view> cid =
       v1 ? opt_string(p, "id", "params.id") : opt_string(p, "pushNotificationConfigId", "params.pushNotificationConfigId");
-  const std::string not_found = "Task '" + task_id + "' not found";
+  const std::string not_found = "Task " + in_quotes(task_id) + " not found";
   if (m == A2AMethod::push_create) {
     // v1.0: the config is the params themselves (older forms nest it);
     // v0.3: params.pushNotificationConfig.
@@ -537,7 +537,7 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
       }
     }
     throw RpcError(rpc_code::kTaskNotFound,
-                   "Task '" + task_id + "' has no push notification config" +
+                   "Task " + in_quotes(task_id) + " has no push notification config" +
                        (cid ? " '" + std::string(*cid) + "'" : std::string()),
                    v1 ? "params.id" : "params.pushNotificationConfigId");
   }
@@ -622,7 +622,7 @@ void A2AMethods::stream(A2AMethod m, const rapidjson::Value &p, const CallContex
   std::unique_ptr<TaskWatch::Hold> hold = lifecycle_.watch().hold(id);
   std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
-    throw LifecycleError(LifecycleErrc::not_found, "Task '" + id + "' not found");
+    throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(id) + " not found");
   auto snap = std::make_shared<Snapshot>();
   snap->task = rec->task();
   snap->version = rec->version;
@@ -631,7 +631,7 @@ void A2AMethods::stream(A2AMethod m, const rapidjson::Value &p, const CallContex
   const std::string state(snap->task.state());
   if (ts::is_terminal(state) && !resume)
     throw RpcError(rpc_code::kUnsupportedOperation,
-                   "Task '" + id + "' is " + state +
+                   "Task " + in_quotes(id) + " is " + state +
                        ": a terminal Task has no more updates to stream (read it with GetTask)",
                    "params.id");
   hold->offer(snap);
@@ -647,7 +647,7 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
   std::optional<TaskRecord> rec = lifecycle_.store()->get(task_id);
   // Another principal's or tenant's Task answers exactly like a missing one.
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
-    throw LifecycleError(LifecycleErrc::not_found, "Task '" + std::string(task_id) + "' not found");
+    throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(std::string(task_id)) + " not found");
   if (!history_length && call.dialect == Dialect::v0_3) {
     // The stored bytes, less private metadata, are the answer, without a
     // DOM. Most stored Tasks (all terminal ones) have no private metadata:

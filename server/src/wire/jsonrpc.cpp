@@ -5,6 +5,8 @@
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
 
+#include <cstring>
+
 namespace toolnexus::server_detail {
 
 int json_depth(std::string_view json, int limit, std::size_t *offset) noexcept {
@@ -35,8 +37,65 @@ int json_depth(std::string_view json, int limit, std::size_t *offset) noexcept {
   return max_depth;
 }
 
+namespace {
+
+// SAX handler that stops at the top-level key "id" and records where the
+// reader stood then (just after the key).
+struct IdKeyFinder : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, IdKeyFinder> {
+  const rapidjson::MemoryStream *stream = nullptr;
+  int depth = 0;
+  std::size_t after_key = std::string_view::npos;
+  bool StartObject() {
+    ++depth;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool StartArray() {
+    ++depth;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool Key(const char *s, rapidjson::SizeType n, bool) {
+    if (depth == 1 && n == 2 && s[0] == 'i' && s[1] == 'd') {
+      after_key = stream->Tell();
+      return false;
+    }
+    return true;
+  }
+};
+
+// The byte offset of the first top-level "id" member's value in `body`, or
+// npos when the reader does not get that far (a parse error before it).
+std::size_t id_value_offset(std::string_view body) {
+  IdKeyFinder finder;
+  rapidjson::MemoryStream ms(body.data(), body.size());
+  finder.stream = &ms;
+  rapidjson::Reader reader;
+  reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseIterativeFlag>(ms, finder);
+  std::size_t i = finder.after_key;
+  if (i == std::string_view::npos) return i;
+  auto skip_ws = [&] {
+    while (i < body.size() && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) ++i;
+  };
+  skip_ws();
+  if (i >= body.size() || body[i] != ':') return std::string_view::npos;
+  ++i;
+  skip_ws();
+  return i;
+}
+
+}  // namespace
+
 void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &doc, Envelope &env) {
   env = Envelope{};
+  std::string big_id;     // the text of an id beyond a double's range
+  std::size_t shift = 0;  // what the error offset lost to the id's replacement
   std::size_t where = 0;
   if (json_depth(body, max_depth, &where) > max_depth) {
     throw RpcError(rpc_code::kInvalidRequest, "request refused: JSON nested deeper than " +
@@ -45,9 +104,26 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
   }
   constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag;
   doc.Parse<kFlags>(body.data(), body.size());
+  if (doc.HasParseError() && doc.GetParseError() == rapidjson::kParseErrorNumberTooBig) {
+    // RapidJSON stops at a double's range (RFC 8259 section 6 leaves the
+    // range to implementations). When the number is the top-level id, the
+    // request is read with 0 in its place and the id echoed as sent; a
+    // number beyond that range anywhere else stays a parse error.
+    const std::size_t at = doc.GetErrorOffset();
+    if (at != std::string_view::npos && at == id_value_offset(body)) {
+      std::size_t end = at;
+      while (end < body.size() && std::strchr("+-.0123456789eE", body[end]) != nullptr && body[end] != '\0') ++end;
+      std::string copy(body);
+      copy.replace(at, end - at, "0");
+      doc.Parse<kFlags>(copy.data(), copy.size());
+      if (!doc.HasParseError()) big_id.assign(body.substr(at, end - at));
+      // Else the error is further on: its offset in the client's bytes.
+      if (doc.HasParseError() && doc.GetErrorOffset() > at) shift = end - at - 1;
+    }
+  }
   if (doc.HasParseError()) {
     const auto code = doc.GetParseError();
-    const std::string at = " at byte " + std::to_string(doc.GetErrorOffset());
+    const std::string at = " at byte " + std::to_string(doc.GetErrorOffset() + shift);
     if (code == rapidjson::kParseErrorStringInvalidEncoding)
       throw RpcError(rpc_code::kParseError, "parse error: invalid UTF-8 in a string" + at);
     if (code == rapidjson::kParseErrorDocumentEmpty)
@@ -65,8 +141,10 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
   env.id = &id->value;
   // RapidJSON reads a number that is not an int64/uint64 as a double and
   // -0 as 0: such an id is echoed from its text, as the client sent it.
-  if (id->value.IsNumber() &&
-      ((!id->value.IsInt64() && !id->value.IsUint64()) || (id->value.IsUint64() && id->value.GetUint64() == 0)))
+  if (!big_id.empty())
+    env.id_text = big_id;
+  else if (id->value.IsNumber() &&
+           ((!id->value.IsInt64() && !id->value.IsUint64()) || (id->value.IsUint64() && id->value.GetUint64() == 0)))
     env.id_text = raw_id_number(body);
   auto jsonrpc = doc.FindMember("jsonrpc");
   if (jsonrpc == doc.MemberEnd() || !jsonrpc->value.IsString() ||
