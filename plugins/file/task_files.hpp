@@ -75,7 +75,8 @@ class TaskFiles {
   /// The path of `name` in <dir>, for messages.
   std::string path(std::string_view name) const;
 
-  /// True when `name` exists in <dir> (a symlink counts, unfollowed).
+  /// True when `name` exists in <dir> (a symlink counts, unfollowed); TNX_EIO
+  /// when that cannot be told.
   bool exists(const std::string &name) const;
 
   /// All names in the directory (except "." and "..").
