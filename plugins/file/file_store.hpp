@@ -1,0 +1,230 @@
+// plugins/file/file_store.hpp: the file plugin's sdk::Store: a Task store
+// in one directory (layout comment of file_plugin.cpp). It puts the layers
+// together: record I/O (TaskFiles, task_files.hpp), the index in memory
+// (Index, index.hpp) and on disk (.tnx-index, index_format.hpp), and the
+// locks (locks.hpp). Its members are defined in two files:
+//   store_index.cpp  open and close, loading and following .tnx-index,
+//                    appends, compaction, rebuild, and making an entry
+//                    agree with its file;
+//   store_ops.cpp    get, save, del, list and count, list cursors.
+//
+// Thread-safety: every public method may be called from any thread at any
+// time (TNX_CAP_THREAD_SAFE), and by several processes on one directory
+// (TNX_CAP_MULTI_PROCESS). Inside: imu_ (shared for readers) guards the
+// in-memory index, offset_ and the reopening of index_fd_; append_mu_ with
+// the index lock serialises appends; SlotGuard serialises saves and deletes
+// of one id. Errors: sdk::Error with a TNX_* code and a message naming the
+// file (see the layout comment, "Errors").
+#ifndef TOOLNEXUS_FILE_FILE_STORE_HPP
+#define TOOLNEXUS_FILE_FILE_STORE_HPP
+
+#include "index.hpp"
+#include "locks.hpp"
+#include "names.hpp"
+#include "task_files.hpp"
+
+#include "toolnexus/plugin.hpp"
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+
+namespace toolnexus::file_plugin {
+
+/// The store of file:<dir>. Made by open_file (file_plugin.cpp), which calls
+/// open_index() and, read-write, probe_writable() before handing it to the
+/// host; the host owns it (deleted through sdk::Store) and calls close()
+/// before deleting it.
+class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
+ public:
+  /// A store of the directory open as `dir` at absolute `path`; changes
+  /// nothing when `read_only` (TNX_OPEN_READ_ONLY). Not usable before
+  /// open_index().
+  FileStore(Fd dir, std::string path, bool read_only)
+      : TaskFiles(std::move(dir), std::move(path)), ro_(read_only), slots_(new std::mutex[kIdSlots]) {}
+
+  ~FileStore() override {
+    if (index_fd_ >= 0) ::close(index_fd_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+
+  /// Opens the index (see the layout comment): takes this process's slot,
+  /// loads .tnx-index, checks it can be trusted, rebuilds it otherwise,
+  /// cleans up when no other process has the store open, and records the
+  /// open. Read-only: creates and changes nothing; an index that cannot be
+  /// trusted (or none) is rebuilt in memory only.
+  /// The directory's stamp is taken under the index lock (shared for a
+  /// read-only open), so that it and the index describe one moment: taken
+  /// before waiting for the lock, a process that saved and closed meanwhile
+  /// made the stamp disagree with its close record, and a sound index was
+  /// rebuilt with a new epoch (found by a fresh-user pass).
+  void open_index();
+
+  using TaskFiles::probe_writable;
+
+  /// sdk::Store::get: the Task `idv` with the version the index names for
+  /// the very bytes read (never old bytes with a newer version).
+  bool get(std::string_view idv, const toolnexus::sdk::RecordOut &out) override;
+  /// sdk::Store::save: checks, compare-and-set under the id's lock, writes
+  /// (layout comment, "Atomicity"), appends the new entry; returns the
+  /// new version.
+  uint64_t save(const tnx_task_record &rec, uint64_t expected) override;
+  /// sdk::Store::del: compare-and-set under the id's lock, unlinks the Task
+  /// file and its sidecar, appends a tombstone.
+  void del(std::string_view idv, uint64_t expected) override;
+  /// sdk::Store::list: a page from the index in list order, reading only
+  /// the files it delivers (none with omit_json); returns the next cursor.
+  std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override;
+  /// ABI 1.3: from the index's counters; a time window walks that window.
+  uint64_t count(const tnx_list_query &q) override;
+  /// Records the close (with the directory's stamp when this is the last
+  /// process), so that the next lone open can trust the index.
+  void close() override;
+
+ private:
+  // The stored state of an id, after reconciling the index with the disk.
+  struct Current {
+    bool present = false;
+    uint64_t version = 0;
+    FileId file;
+  };
+
+  // A match of a list page taken from the index: its key, the id shown
+  // and a copy of its entry.
+  struct Cand {
+    std::string key, shown;
+    IEntry e;
+  };
+
+  // A record of a list page, ready to deliver.
+  struct Item {
+    int64_t time_us;
+    std::string id;
+    uint64_t version;
+    std::string context_id, state, owner, tenant, json;
+    std::string problem;  // deliver_corrupt: why the record is unreadable
+  };
+
+  // A decoded cursor. Ids whose plain ListKey cursor would exceed 1024 bytes
+  // use "<ListKey of (time, first 460 id bytes)>.<sha256 of the id>".
+  struct Cursor {
+    ListKey key;
+    bool long_form = false;
+    std::string sha;
+  };
+
+  // ---- store_index.cpp ----------------------------------------------------
+
+  // Removes stray temporary files, a stray .tnx-index.new and orphan
+  // sidecars. Only called when no other process has the store open (the
+  // process slots of .tnx-lock say so): what a live process is writing is
+  // never touched.
+  void recover();
+
+  // Process slots of .tnx-lock held by other open stores.
+  int live_slots() const;
+
+  // The index can be used as it is: with other processes open, when the
+  // opens it records match them; alone, when the last process closed it
+  // cleanly and the directory has not changed since.
+  bool trusted(const Stamp &now, int others) const;
+
+  // Opens and reads .tnx-index (imu_ held exclusively); false when there is
+  // none or it is not an index.
+  bool load_file_locked();
+
+  // Applies the records of .tnx-index from offset_ up to `size` (imu_ held
+  // exclusively). Stops before a torn or damaged record (a write under way
+  // in another process, or a crash's: the next appender truncates it).
+  void read_new_locked(uint64_t size);
+
+  // Brings the in-memory index up to what other processes appended.
+  void catch_up();
+
+  // catch_up() with the index lock held: a tail that does not parse is a
+  // crashed writer's and is cut off, so that appends stay readable.
+  void catch_up_locked();
+
+  // Appends framed records and applies them to the in-memory index. The
+  // caller holds append_mu_ and the index lock and has caught up
+  // (catch_up_locked), so the file ends at offset_ and nobody else appends:
+  // what is written is applied as written, not read back (that took 4
+  // fstat and a pread per save). imu_ is held from before the write until
+  // offset_ is past it: a catch_up() of another thread of this process
+  // would otherwise read the new records in between, and they would be
+  // applied twice (offset_ then ran past the file's end, and this process
+  // missed or cut off other processes' records).
+  void append_raw_locked(const std::string &records);
+
+  // Records `e` (its version assigned here) for `key` in the index; returns
+  // the version. The caller holds the id's SlotGuard.
+  uint64_t index_put(const std::string &key, IEntry e);
+
+  // Records the delete of `key` (a tombstone with its last version).
+  void index_del(const std::string &key);
+
+  // The index file (offset_ bytes: called caught up, the index lock held)
+  // is past 8 MiB and 4 times what its live entries take.
+  bool big_locked() const;
+
+  // Writes the whole index to .tnx-index.new and renames it over
+  // .tnx-index (imu_ exclusive, the index lock held); followers of the old
+  // file see its last record "moved" and read the new one. `live`: the
+  // processes open now.
+  void compact_locked(int64_t live);
+
+  // Makes the index match the directory (imu_ exclusive): every canonical
+  // task file whose identity differs from its entry (or that has none) is
+  // read again with a new version; entries without a file are dropped.
+  // `loaded`: the current index is a base worth keeping.
+  void rebuild_locked(bool loaded, std::string *);
+
+  // The entry of task file `name` read from disk; `key` receives its key.
+  IEntry read_entry(const std::string &name, const std::optional<StemInfo> &info, std::string &key);
+
+  // The stored state of `id`, after making the index agree with its file
+  // (the caller holds the id's SlotGuard): a file that changed behind the
+  // index (another program, a crashed writer) is read again and gets a new
+  // version; a file gone is dropped.
+  Current current(const std::string &id, const std::string &stem);
+
+  // Re-reads the file of `key` into the index (list found it changed).
+  void reindex(const std::string &key);
+
+  // A copy of the entry of `key` (taken under imu_), or nullopt.
+  std::optional<IEntry> entry_of(const std::string &key) const;
+
+  // ---- store_ops.cpp ------------------------------------------------------
+
+  // Where a page after `cursor` starts in the index order (imu_ held).
+  std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const;
+
+  // The cursor of a page whose last record is (time_us, id).
+  static std::string encode_cursor(int64_t time_us, const std::string &id);
+
+  // Decodes a cursor of encode_cursor; TNX_EINVAL when it is not one.
+  static Cursor decode_cursor(std::string_view c);
+
+  // Save input check: the JSON must be a Task whose index fields are the
+  // record's (what we write must read back as what was saved).
+  void validate(const tnx_task_record &rec, const std::string &id, std::string_view json) const;
+
+  const bool ro_;
+  int lock_fd_ = -1;   // .tnx-lock (read-only: O_RDONLY, may be -1)
+  int index_fd_ = -1;  // .tnx-index being followed (-1: an in-memory snapshot)
+  int my_slot_ = -1;   // process slot held in .tnx-lock (read-write)
+  uint64_t offset_ = 0;  // bytes of .tnx-index applied; guarded by imu_
+  mutable std::shared_mutex imu_;  // guards index_, offset_, index_fd_ reopening
+  std::unique_ptr<Index> index_ = std::make_unique<Index>();
+  bool indexed_before_ = false;  // .tnx-lock was there at open: a toolnexus store had opened <dir>
+  std::mutex append_mu_;  // this process's holder of the index lock
+  std::unique_ptr<std::mutex[]> slots_;  // per id slot, with the OFD id locks
+};
+
+}  // namespace toolnexus::file_plugin
+
+#endif  // TOOLNEXUS_FILE_FILE_STORE_HPP
