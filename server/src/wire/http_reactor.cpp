@@ -43,6 +43,8 @@ constexpr uint64_t kWakeId = 1;
 constexpr int kTickMs = 50;
 constexpr auto kLinger = std::chrono::milliseconds(2000);
 constexpr std::size_t kReadChunk = 64 * 1024;
+// A buffer this large is given back to the system (malloc_trim) once freed.
+constexpr std::size_t kLargeBufferBytes = std::size_t{1} << 20;
 
 std::string_view trim(std::string_view s) { return trim_ows(s); }
 
@@ -204,7 +206,7 @@ struct SseStream::Internal {
     {
       std::lock_guard<std::mutex> lock(s.mu_);
       if (s.closed_.exchange(true)) return;
-      s.queued_.clear();
+      std::string().swap(s.queued_);  // its memory too, not only its bytes
       fn = std::move(s.on_drain_);
       s.on_drain_ = nullptr;
     }
@@ -289,6 +291,8 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
   std::vector<Posted> posted;
   std::unordered_set<uint64_t> dirty_streams;
   std::atomic<bool> wake_pending{false};
+  // Set by close_conn when a large buffer was freed; the loop trims once.
+  bool trim_wanted = false;
 
   // Workers.
   std::mutex job_mu;
@@ -347,6 +351,10 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
   }
 
   void close_conn(Conn &c) {
+    // A connection dropped with a large answer or stream backlog unsent (a
+    // slow client cut off): its memory goes back to the system once this
+    // loop pass is over, not one trim per connection.
+    if (c.out.capacity() > kLargeBufferBytes || c.in.capacity() > kLargeBufferBytes) trim_wanted = true;
     if (c.stream) {
       SseStream::Internal::close(*c.stream);
       c.stream.reset();
@@ -746,7 +754,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       close_conn(c);
       return;
     }
-    if (c.out.capacity() > (1u << 20)) {
+    if (c.out.capacity() > kLargeBufferBytes) {
       // A large answer is out: give its memory back to the system now
       // (glibc would keep the freed pages of this thread's arena; see
       // Router::handle in http.cpp for the request threads' share).
@@ -959,6 +967,10 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       if (now >= next_tick) {
         next_tick = now + std::chrono::milliseconds(kTickMs);
         check_deadlines();
+      }
+      if (trim_wanted) {
+        trim_wanted = false;
+        release_free_memory();
       }
     }
     // Close whatever is left.
