@@ -120,43 +120,78 @@ std::optional<bool> opt_bool(const rapidjson::Value &obj, std::string_view name,
   return v->GetBool();
 }
 
-// A2A v0.3 section 6.4 Message / 6.5 Part.
-void validate_message(const rapidjson::Value &m) {
+// A copy of obj[name] into `out` when it is present and not null.
+void keep(rapidjson::Value &out, const rapidjson::Value &obj, const char *name,
+          rapidjson::Document::AllocatorType &a) {
+  const rapidjson::Value *v = find(obj, name);
+  if (v != nullptr && !v->IsNull()) out.AddMember(rapidjson::StringRef(name), rapidjson::Value(*v, a), a);
+}
+
+// A2A v0.3 section 6.5 Part, in the stored form: "kind" is required (as the
+// spec's TextPart, FilePart and DataPart say, and as the official SDKs
+// send), and only the members of that kind are kept (kind, text | file |
+// data, metadata, and the stored form's mediaType of a text or data part;
+// in a file: bytes | uri, mimeType, name). Other members are dropped, not
+// stored and echoed (docs/a2a.md, "Parts").
+rapidjson::Value stored_part_v03(const rapidjson::Value &p, const std::string &pf,
+                                 rapidjson::Document::AllocatorType &a) {
+  if (!p.IsObject()) bad_param(pf, "must be an object");
+  const std::optional<std::string_view> kind = opt_string(p, "kind", pf + ".kind");
+  if (!kind)
+    bad_param(pf + ".kind", "is required in A2A 0.3 (\"kind\": \"text\", \"file\" or \"data\"); a part without "
+                            "it is an A2A 1.0 part, which needs the header A2A-Version: 1.0");
+  if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
+    bad_param(pf + ".metadata", "must be an object");
+  rapidjson::Value out(rapidjson::kObjectType);
+  out.AddMember("kind", rapidjson::Value(*find(p, "kind"), a), a);
+  if (*kind == "text") {
+    const rapidjson::Value *t = find(p, "text");
+    if (t == nullptr || !t->IsString()) bad_param(pf + ".text", "must be a string");
+    keep(out, p, "text", a);
+  } else if (*kind == "file") {
+    const rapidjson::Value *f = find(p, "file");
+    if (f == nullptr || !f->IsObject()) bad_param(pf + ".file", "must be an object");
+    const rapidjson::Value *uri = find(*f, "uri");
+    const rapidjson::Value *bytes = find(*f, "bytes");
+    const bool has_uri = uri != nullptr && !uri->IsNull(), has_bytes = bytes != nullptr && !bytes->IsNull();
+    if (has_uri == has_bytes)
+      bad_param(pf + ".file", has_uri ? "must have one of \"uri\" (FileWithUri) or \"bytes\" (FileWithBytes), not both"
+                                      : "must have a string \"uri\" or \"bytes\"");
+    if (!(has_uri ? uri : bytes)->IsString()) bad_param(pf + ".file." + (has_uri ? "uri" : "bytes"), "must be a string");
+    rapidjson::Value file(rapidjson::kObjectType);
+    keep(file, *f, has_uri ? "uri" : "bytes", a);
+    for (const char *name : {"mimeType", "name"}) {
+      opt_string(*f, name, pf + ".file." + name);
+      keep(file, *f, name, a);
+    }
+    out.AddMember("file", file, a);
+  } else if (*kind == "data") {
+    const rapidjson::Value *d = find(p, "data");
+    if (d == nullptr || !d->IsObject()) bad_param(pf + ".data", "must be an object");
+    keep(out, p, "data", a);
+  } else {
+    bad_param(pf + ".kind", "must be \"text\", \"file\" or \"data\"");
+  }
+  if (*kind != "file") {
+    opt_string(p, "mediaType", pf + ".mediaType");
+    keep(out, p, "mediaType", a);
+  }
+  keep(out, p, "metadata", a);
+  return out;
+}
+
+// A2A v0.3 section 6.4 Message, checked; returns its stored form: the
+// message as sent, its parts as stored_part_v03 makes them.
+rapidjson::Value stored_message_v03(const rapidjson::Value &m, rapidjson::Document::AllocatorType &a) {
   const std::string base = "params.message";
   const std::string_view role = required_string(m, "role", base + ".role");
   if (role != "user" && role != "agent") bad_param(base + ".role", "must be \"user\" or \"agent\"");
   const rapidjson::Value *parts = find(m, "parts");
   if (parts == nullptr) bad_param(base + ".parts", "is required");
   if (!parts->IsArray() || parts->Empty()) bad_param(base + ".parts", "must be a non-empty array of parts");
-  for (rapidjson::SizeType i = 0; i < parts->Size(); ++i) {
-    const std::string pf = base + ".parts[" + std::to_string(i) + "]";
-    const rapidjson::Value &p = (*parts)[i];
-    if (!p.IsObject()) bad_param(pf, "must be an object");
-    std::optional<std::string_view> kind = opt_string(p, "kind", pf + ".kind");
-    std::string_view k = kind ? *kind : std::string_view();
-    if (!kind) {
-      if (find(p, "text") != nullptr) k = "text";
-      else if (find(p, "file") != nullptr) k = "file";
-      else if (find(p, "data") != nullptr) k = "data";
-      else bad_param(pf + ".kind", "is required (\"text\", \"file\" or \"data\")");
-    }
-    if (k == "text") {
-      const rapidjson::Value *t = find(p, "text");
-      if (t == nullptr || !t->IsString()) bad_param(pf + ".text", "must be a string");
-    } else if (k == "file") {
-      const rapidjson::Value *f = find(p, "file");
-      if (f == nullptr || !f->IsObject()) bad_param(pf + ".file", "must be an object");
-      const rapidjson::Value *uri = find(*f, "uri");
-      const rapidjson::Value *bytes = find(*f, "bytes");
-      if ((uri == nullptr || !uri->IsString()) && (bytes == nullptr || !bytes->IsString()))
-        bad_param(pf + ".file", "must have a string \"uri\" or \"bytes\"");
-    } else if (k == "data") {
-      const rapidjson::Value *d = find(p, "data");
-      if (d == nullptr || !d->IsObject()) bad_param(pf + ".data", "must be an object");
-    } else {
-      bad_param(pf + ".kind", "must be \"text\", \"file\" or \"data\"");
-    }
-  }
+  rapidjson::Value stored_parts(rapidjson::kArrayType);
+  for (rapidjson::SizeType i = 0; i < parts->Size(); ++i)
+    stored_parts.PushBack(stored_part_v03((*parts)[i], base + ".parts[" + std::to_string(i) + "]", a), a);
   required_string(m, "messageId", base + ".messageId");
   if (const rapidjson::Value *t = find(m, "taskId"); t != nullptr && !t->IsNull()) {
     if (!t->IsString() || t->GetStringLength() == 0) bad_param(base + ".taskId", "must be a non-empty string");
@@ -166,6 +201,17 @@ void validate_message(const rapidjson::Value &m) {
     bad_param(base + ".kind", "must be \"message\"");
   if (const rapidjson::Value *md = find(m, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param(base + ".metadata", "must be an object");
+  rapidjson::Value out(rapidjson::kObjectType);
+  bool parts_done = false;
+  for (auto it = m.MemberBegin(); it != m.MemberEnd(); ++it) {
+    if (std::string_view(it->name.GetString(), it->name.GetStringLength()) != "parts") {
+      out.AddMember(rapidjson::Value(it->name, a), rapidjson::Value(it->value, a), a);
+    } else if (!parts_done) {  // the first "parts" (the one checked), rebuilt
+      out.AddMember("parts", stored_parts, a);
+      parts_done = true;
+    }
+  }
+  return out;
 }
 
 bool text_output_accepted(const rapidjson::Value &modes) {
@@ -180,9 +226,9 @@ bool text_output_accepted(const rapidjson::Value &modes) {
 
 // A v0.3 validation error names v0.3 members; a v1.0 client is told how
 // its own message differs when it sent a v1.0 shape without the header.
-void validate_v03_message(const rapidjson::Value &m) {
+rapidjson::Value message_from_v03(const rapidjson::Value &m, rapidjson::Document::AllocatorType &a) {
   try {
-    validate_message(m);
+    return stored_message_v03(m, a);
   } catch (const RpcError &e) {
     const std::string_view role = str(find(m, "role"));
     if (role == "ROLE_USER" || role == "ROLE_AGENT")
@@ -395,16 +441,12 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
                    {{"limit", "limits.max_message_parts"},
                     {"max", std::to_string(max_message_parts_)},
                     {"size", std::to_string(parts->Size())}});
-  // The stored (v0.3) form of the message: a v1.0 one is converted first.
+  // The stored (v0.3) form of the message: a v1.0 one converted, a v0.3
+  // one checked and its parts rebuilt.
   rapidjson::Document converted;
-  rapidjson::Value stored;
-  const rapidjson::Value *message = m;
-  if (v1) {
-    stored = message_from_v1(*m, "params.message", converted.GetAllocator());
-    message = &stored;
-  } else {
-    validate_v03_message(*m);
-  }
+  const rapidjson::Value stored = v1 ? message_from_v1(*m, "params.message", converted.GetAllocator())
+                                     : message_from_v03(*m, converted.GetAllocator());
+  const rapidjson::Value *message = &stored;
   // Blocking is the default in both dialects (v1.0: returnImmediately
   // false, section 3.2.2; v0.3: blocking absent = true, as the official
   // SDKs do): the answer comes when the Task is terminal or interrupted.
