@@ -59,6 +59,8 @@ options (flags override the config file):
   --trust-forwarded        a reverse proxy in front sets Forwarded /
                            X-Forwarded-Proto / X-Forwarded-Host: the card's
                            url follows them (off: they are ignored)
+  --card-max-age SECONDS   how long clients may cache the card (Cache-Control
+                           max-age; default 300; it also has an ETag)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
   --workers N              Tasks run at once, on executor threads (default
@@ -107,7 +109,8 @@ config file:
            "store": "file:/var/lib/toolnexus/tasks",
            "provider": {"organization": "...", "url": "..."},
            "documentation_url": "...", "public_url": "...",
-           "allowed_hosts": ["agents.example.com"], "trust_forwarded": false},
+           "allowed_hosts": ["agents.example.com"], "trust_forwarded": false,
+           "card_max_age_s": 300},
    "auth_tokens": "tokens.json", "log_level": "info", "workers": 64,
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
@@ -289,7 +292,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
     warn_unknown(c, *a2a, "a2a.",
                  {"name", "description", "version", "store", "provider", "documentation_url", "public_url",
-                  "allowed_hosts", "trust_forwarded"});
+                  "allowed_hosts", "trust_forwarded", "card_max_age_s"});
     if (auto v = config_string(c, *a2a, "name", "a2a.name"); !v.empty()) o.card.name = v;
     if (auto v = config_string(c, *a2a, "description", "a2a.description"); !v.empty()) o.card.description = v;
     if (auto v = config_string(c, *a2a, "version", "a2a.version"); !v.empty()) o.card.version = v;
@@ -312,6 +315,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       if (!tf->IsBool()) throw UsageError(file + ": a2a.trust_forwarded must be true or false");
       o.card.trust_forwarded = tf->GetBool();
     }
+    if (auto v = config_int(c, *a2a, "card_max_age_s", "a2a.card_max_age_s", 0, 31536000))
+      o.card.cache_max_age_s = to_int(*v);
     if (const rapidjson::Value *p = member(*a2a, "provider")) {
       if (!p->IsObject()) throw UsageError(file + ": a2a.provider must be an object");
       o.card.provider_organization = config_string(c, *p, "organization", "a2a.provider.organization");
@@ -442,6 +447,7 @@ int run_serve(int argc, char **argv) {
         o.card.allowed_hosts.push_back(h);
       }
       else if (a == "--trust-forwarded" && !has_inline) o.card.trust_forwarded = true;
+      else if (a == "--card-max-age") o.card.cache_max_age_s = to_int(parse_int(a, next(), 0, 31536000));
       else if (a == "--auth-tokens") auth_file = next();
       else if (a == "--log-level") o.log_level = parse_log_level(next());
       else if (a == "--workers") o.workers = static_cast<unsigned>(parse_int(a, next(), 1, 1024));

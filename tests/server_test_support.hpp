@@ -136,6 +136,7 @@ class Connection {
           parse_head(in.substr(0, header_end), r);
           const std::string cl = r.header("content-length");
           if (!cl.empty()) body_len = std::stoul(cl);
+          if (r.status == 304 || r.status == 204) body_len = 0;  // never a body (RFC 9110 section 6.4.1)
         }
       }
       if (header_end != std::string::npos && body_len != std::string::npos &&

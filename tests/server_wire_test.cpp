@@ -1,6 +1,8 @@
 // Wire details found by real clients and schema checks (issue 18, item 6),
 // over raw HTTP: v0.3 parts are refused without "kind" and stored without
-// members a strict parser would trip on.
+// members a strict parser would trip on; the Agent Card carries
+// Cache-Control and a strong ETag and answers a matching If-None-Match with
+// 304.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
@@ -27,6 +29,16 @@ std::string v03_field(const rapidjson::Document &d) {
 // answers with the Task done).
 std::string v03_send(const std::string &parts) {
   return R"({"message":{"role":"user","messageId":"m-1","parts":)" + parts + "}}";
+}
+
+// An HTTP request with any method and extra header lines.
+HttpResponse request(Connection &conn, const std::string &method, const std::string &path,
+                     const std::string &headers = {}, const std::string &body = {}) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers;
+  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  REQUIRE(conn.send_raw(req));
+  return conn.read_response();
 }
 
 }  // namespace
@@ -80,5 +92,61 @@ TEST_CASE("v0.3: members a part does not define are not stored, nor served back"
                      v03_send(R"([{"kind":"file","file":{"uri":"https://example.com/f","bytes":"aGk="}}])"));
   CHECK(error_code(both) == -32602);
   CHECK(v03_field(both) == "params.message.parts[0].file");
+}
+
+TEST_CASE("the Agent Card: Cache-Control max-age, a strong ETag, and 304 for a matching If-None-Match") {
+  auto server = serve_agent("echo");
+  Connection conn(port_of(server.url()));
+  const std::string path = "/.well-known/agent-card.json";
+  const HttpResponse first = request(conn, "GET", path);
+  REQUIRE(first.status == 200);
+  CHECK(first.header("cache-control") == "public, max-age=300");
+  const std::string etag = first.header("etag");
+  static const std::regex strong(R"("[0-9a-f]{64}")");
+  CHECK_MESSAGE(std::regex_match(etag, strong), etag);
+  // The same bytes, the same tag; the older path too.
+  CHECK(request(conn, "GET", path).header("etag") == etag);
+  const HttpResponse old = request(conn, "GET", "/.well-known/agent.json");
+  CHECK(old.body == first.body);
+  CHECK(old.header("etag") == etag);
+  CHECK(old.header("cache-control") == "public, max-age=300");
+  // Other bytes (the url follows a loopback Host name), another tag.
+  Connection conn2(port_of(server.url()));
+  REQUIRE(conn2.send_raw("GET " + path + " HTTP/1.1\r\nHost: localhost:" + std::to_string(port_of(server.url())) +
+                         "\r\n\r\n"));
+  const HttpResponse other = conn2.read_response();
+  REQUIRE(other.status == 200);
+  REQUIRE(other.body != first.body);
+  CHECK(other.header("etag") != etag);
+
+  // If-None-Match (RFC 9110 section 13.1.2): the tag, the tag in a list,
+  // its weak form (weak comparison), "*": 304 with the tag and no body.
+  for (const std::string &inm : {etag, "\"x\", " + etag, "\"x\"," + etag + " ,\"y\"", "W/" + etag, std::string("*")}) {
+    CAPTURE(inm);
+    const HttpResponse r = request(conn, "GET", path, "If-None-Match: " + inm + "\r\n");
+    CHECK(r.status == 304);
+    CHECK(r.body.empty());
+    CHECK(r.header("etag") == etag);
+    CHECK(r.header("cache-control") == "public, max-age=300");
+  }
+  const HttpResponse head = request(conn, "HEAD", path, "If-None-Match: " + etag + "\r\n");
+  CHECK(head.status == 304);
+  // No match: the card.
+  for (const std::string &inm : {std::string("\"x\""), std::string("\"") + etag + "\"", std::string("W/\"x\"")}) {
+    CAPTURE(inm);
+    const HttpResponse r = request(conn, "GET", path, "If-None-Match: " + inm + "\r\n");
+    CHECK(r.status == 200);
+    CHECK(r.body == first.body);
+  }
+  // The connection still serves requests after the bodiless 304s.
+  CHECK(request(conn, "GET", path).status == 200);
+}
+
+TEST_CASE("the card's max-age is configurable") {
+  auto o = test_options();
+  o.card.cache_max_age_s = 60;
+  auto server = toolnexus::serve(o);
+  Connection conn(port_of(server.url()));
+  CHECK(request(conn, "GET", "/.well-known/agent-card.json").header("cache-control") == "public, max-age=60");
 }
 

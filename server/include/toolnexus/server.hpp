@@ -99,6 +99,12 @@ struct AgentCardOptions {
   /// port) or "name:port", compared without case ("agents.example.com",
   /// "[2001:db8::1]:8443").
   std::vector<std::string> allowed_hosts;
+  /// Seconds a client or cache may keep the card without asking again: the
+  /// card is served with "Cache-Control: public, max-age=N" and a strong
+  /// ETag (SHA-256 of its bytes), and a conditional GET whose If-None-Match
+  /// matches is answered 304 (A2A v1.0 section 8.6.1; RFC 9110 section
+  /// 13.1.2). 0..31536000; 0 makes clients revalidate every time.
+  int cache_max_age_s = 300;
 };
 
 /// Limits on what a client may send and how long it may take. Connections

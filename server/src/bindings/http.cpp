@@ -247,10 +247,26 @@ class Router {
     how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
     how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
     describe_local(req.local, how);
-    HttpReply r = json_reply(200, agent_card_json(*s_.card, card_url(s_.card->options, how, fallback_)));
+    const AgentCardOptions &o = s_.card->options;
+    HttpReply r = json_reply(200, agent_card_json(*s_.card, card_url(o, how, fallback_)));
     r.head_only = req.head.getMethod() == Poco::Net::HTTPRequest::HTTP_HEAD;
+    // Cacheable (A2A v1.0 section 8.6.1): max-age and a strong ETag of
+    // these bytes (the url in them follows the request, so does the tag).
+    const std::string etag = card_etag(r.body);
+    r.headers.emplace_back("ETag", etag);
+    r.headers.emplace_back("Cache-Control", "public, max-age=" + std::to_string(o.cache_max_age_s));
+    if (o.trust_forwarded && o.public_url.empty())
+      r.headers.emplace_back("Vary", "Forwarded, X-Forwarded-Proto, X-Forwarded-Host");
+    if (if_none_match(req.head.get("If-None-Match", empty), etag)) {
+      // RFC 9110 section 15.4.5: no content; ETag and Cache-Control as a
+      // 200 would have them.
+      r.status = 304;
+      r.body.clear();
+      r.content_type.clear();
+    }
+    const int status = r.status;
     out.reply(std::move(r));
-    return 200;
+    return status;
   }
 
   int rpc(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal) {

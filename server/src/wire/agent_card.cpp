@@ -1,6 +1,9 @@
 // The Agent Card.
 #include "wire/agent_card.hpp"
 
+#include <Poco/DigestEngine.h>
+#include <Poco/SHA2Engine.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -280,6 +283,34 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
   w.Bool(false);
   w.EndObject();
   return std::string(buf.GetString(), buf.GetSize());
+}
+
+std::string card_etag(std::string_view card_json) {
+  Poco::SHA2Engine sha(Poco::SHA2Engine::SHA_256);
+  sha.update(card_json.data(), static_cast<unsigned>(card_json.size()));
+  return "\"" + Poco::DigestEngine::digestToHex(sha.digest()) + "\"";
+}
+
+bool if_none_match(std::string_view field, std::string_view etag) {
+  // RFC 9110: If-None-Match = "*" / #entity-tag; entity-tag = [ "W/" ]
+  // DQUOTE *etagc DQUOTE; list elements are separated by OWS "," OWS (and
+  // etagc may be a comma, so the list is read tag by tag).
+  const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  std::size_t i = 0;
+  while (i < field.size() && blank(field[i])) ++i;
+  if (field.substr(i, 1) == "*") return field.find_first_not_of(" \t", i + 1) == std::string_view::npos;
+  for (;;) {
+    while (i < field.size() && (blank(field[i]) || field[i] == ',')) ++i;
+    if (i == field.size()) return false;
+    if (field.substr(i, 2) == "W/") i += 2;
+    if (i == field.size() || field[i] != '"') return false;  // malformed
+    const std::size_t close = field.find('"', i + 1);
+    if (close == std::string_view::npos) return false;
+    if (field.substr(i, close + 1 - i) == etag) return true;
+    i = close + 1;
+    while (i < field.size() && blank(field[i])) ++i;
+    if (i < field.size() && field[i] != ',') return false;  // malformed
+  }
 }
 
 }  // namespace toolnexus::server_detail

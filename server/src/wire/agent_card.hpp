@@ -77,6 +77,17 @@ struct CardRequest {
 /// [A-Za-z0-9.-_:[]] is never used.
 std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback);
 
+/// The card's strong entity tag: the SHA-256 of `card_json` in lower-case
+/// hex, in double quotes ("\"9f86...\"", 66 characters).
+std::string card_etag(std::string_view card_json);
+
+/// Whether an If-None-Match field value matches `etag` (a strong tag, as
+/// card_etag makes them), by RFC 9110 section 13.1.2: "*" matches; else a
+/// comma-separated list of entity tags, any of which matches when its
+/// opaque tag equals etag's (the weak comparison: "W/" is ignored). An empty
+/// or malformed value matches nothing (the full answer is sent).
+bool if_none_match(std::string_view field, std::string_view etag);
+
 /// Whether `host` ("name" or "name:port", "[v6]" or "[v6]:port", as in a
 /// Host header) matches one of `allowed`: the names compare without case;
 /// an entry without a port matches any port, an entry with one matches

@@ -652,7 +652,11 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     r.setStatusAndReason(static_cast<Poco::Net::HTTPResponse::HTTPStatus>(reply.status));
     if (!reply.content_type.empty()) r.setContentType(reply.content_type);
     for (auto &[name, value] : reply.headers) r.set(name, value);
-    r.setContentLength64(static_cast<Poco::Int64>(reply.body.size()));
+    // 304 and 204 end at their header block (RFC 9110 sections 15.4.5,
+    // 15.3.5): no body, and no Content-Length that would claim one.
+    const bool bodiless = reply.status == 304 || reply.status == 204;
+    if (bodiless) reply.body.clear();
+    else r.setContentLength64(static_cast<Poco::Int64>(reply.body.size()));
     r.setKeepAlive(keep);
     // Anything not yet written (an interim 100 Continue) goes first.
     std::string out = c.out_off < c.out.size() ? c.out.substr(c.out_off) : std::string();

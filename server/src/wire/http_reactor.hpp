@@ -106,6 +106,8 @@ struct HttpReply {
   std::string content_type = "application/json";
   /// Further header fields.
   std::vector<std::pair<std::string, std::string>> headers;
+  /// The content (never sent with status 304 or 204, whose answers end at
+  /// their header block without a Content-Length).
   std::string body;
   /// Close the connection after this response.
   bool close = false;
