@@ -2,7 +2,8 @@
 // over raw HTTP: v0.3 parts are refused without "kind" and stored without
 // members a strict parser would trip on; the Agent Card carries
 // Cache-Control and a strong ETag and answers a matching If-None-Match with
-// 304.
+// 304; v1.0 input accepts the proto field names (task_id) beside the JSON
+// names (taskId).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
@@ -11,6 +12,8 @@
 using namespace tnxtest;
 
 namespace {
+
+const std::string kV1 = "A2A-Version: 1.0\r\n";
 
 toolnexus::ServerHandle serve_agent(const std::string &agent) {
   auto o = test_options();
@@ -23,6 +26,13 @@ std::string v03_field(const rapidjson::Document &d) {
   REQUIRE_MESSAGE(d.HasMember("error"), to_json(d));
   REQUIRE_MESSAGE(d["error"].HasMember("data"), to_json(d));
   return d["error"]["data"]["field"].GetString();
+}
+
+// The ErrorInfo's metadata.field of a v1.0 error.
+std::string v1_field(const rapidjson::Document &d) {
+  REQUIRE_MESSAGE(d.HasMember("error"), to_json(d));
+  REQUIRE_MESSAGE(d["error"]["data"].IsArray(), to_json(d));
+  return d["error"]["data"][0]["metadata"]["field"].GetString();
 }
 
 // v0.3 message/send params with the given parts (blocking: the echo agent
@@ -150,3 +160,66 @@ TEST_CASE("the card's max-age is configurable") {
   CHECK(request(conn, "GET", "/.well-known/agent-card.json").header("cache-control") == "public, max-age=60");
 }
 
+TEST_CASE("v1.0 input: proto field names beside JSON names, on JSON-RPC and HTTP+JSON; output stays camelCase") {
+  auto server = serve_agent("echo");
+  Client c(server.url());
+  // Proto names at every level of SendMessage: message, configuration.
+  auto sent = c.call("SendMessage",
+                     R"({"message":{"role":"ROLE_USER","message_id":"m-1","context_id":"ctx-p",)"
+                     R"("parts":[{"text":"hi","media_type":"text/markdown"},{"data":{"a_b":1}}],"metadata":{"my_key":1}},)"
+                     R"("configuration":{"history_length":0,"accepted_output_modes":["text/plain"]}})",
+                     "1", kV1);
+  REQUIRE_MESSAGE(sent.HasMember("result"), c.last().body);
+  const auto &t = sent["result"]["task"];
+  const std::string id = t["id"].GetString();
+  CHECK(std::string(t["contextId"].GetString()) == "ctx-p");
+  CHECK(!t.HasMember("history"));  // history_length 0
+  auto got = c.call("GetTask", R"({"id":)" + q(id) + "}", "2", kV1);
+  const auto &m = got["result"]["history"][0];
+  CHECK(std::string(m["messageId"].GetString()) == "m-1");
+  // Free-form values (metadata, data) keep their keys as sent.
+  CHECK(to_json(m["metadata"]) == R"({"my_key":1})");
+  CHECK(to_json(m["parts"]) == R"([{"text":"hi","mediaType":"text/markdown"},{"data":{"a_b":1}}])");
+  CHECK(c.last().body.find("_id") == std::string::npos);
+
+  auto short_history = c.call("GetTask", R"({"id":)" + q(id) + R"(,"history_length":0})", "3", kV1);
+  CHECK(!short_history["result"].HasMember("history"));
+  c.call("SendMessage", R"({"message":{"role":"ROLE_USER","messageId":"m-2","parts":[{"text":"x"}]}})", "4", kV1);
+  auto page = c.call("ListTasks", R"({"context_id":"ctx-p","page_size":1,"include_artifacts":true})", "5", kV1);
+  REQUIRE_MESSAGE(page.HasMember("result"), c.last().body);
+  CHECK(page["result"]["tasks"].Size() == 1);
+  CHECK(page["result"]["totalSize"].GetInt() == 1);
+  CHECK(page["result"]["tasks"][0].HasMember("artifacts"));
+
+  // Both names of one field: refused, naming it.
+  auto twice = c.call("GetTask", R"({"id":)" + q(id) + R"(,"historyLength":1,"history_length":0})", "6", kV1);
+  CHECK(error_code(twice) == -32602);
+  CHECK(v1_field(twice) == "params.historyLength");
+  CHECK(error_message(twice).find("history_length") != std::string::npos);
+  auto twice_m = c.call("SendMessage",
+                        R"({"message":{"role":"ROLE_USER","messageId":"a","message_id":"b","parts":[{"text":"x"}]}})",
+                        "7", kV1);
+  CHECK(error_code(twice_m) == -32602);
+  CHECK(v1_field(twice_m) == "params.message.messageId");
+
+  // HTTP+JSON: the body and the query.
+  Connection conn(port_of(server.url()));
+  const std::string body =
+      R"({"message":{"role":"ROLE_USER","message_id":"m-3","context_id":"ctx-r","parts":[{"text":"r"}]},)"
+      R"("configuration":{"return_immediately":false}})";
+  const HttpResponse rest = request(conn, "POST", "/message:send", {}, body);
+  REQUIRE_MESSAGE(rest.status == 200, rest.body);
+  auto rd = parse(rest.body);
+  CHECK(std::string(rd["task"]["contextId"].GetString()) == "ctx-r");
+  CHECK(std::string(rd["task"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
+  const HttpResponse listed = request(conn, "GET", "/tasks?context_id=ctx-r&page_size=5");
+  REQUIRE_MESSAGE(listed.status == 200, listed.body);
+  CHECK(parse(listed.body)["tasks"].Size() == 1);
+  const HttpResponse both = request(conn, "GET", "/tasks?pageSize=1&page_size=5");
+  CHECK(both.status == 400);
+  CHECK(both.body.find("pageSize") != std::string::npos);
+
+  // v0.3 is JSON Schema, camelCase only: there proto names mean nothing.
+  auto v03 = c.call("GetTask", R"({"id":)" + q(id) + R"(,"history_length":0})");
+  CHECK(v03["result"]["history"].Size() >= 1);
+}

@@ -157,6 +157,16 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
       throw RpcError(rpc_code::kInvalidParams, "invalid params: the body must be a SendMessageRequest "
                                                 "({\"message\": {...}})");
     }
+    // Query parameters: strings; the methods read integers and booleans
+    // from strings too. A2A-Version was read by the caller.
+    for (const auto &[name, value] : query) {
+      if (name == "A2A-Version" || name == "a2a-version") continue;
+      if (find(params, name) == nullptr) add_string(params, name, value);
+    }
+    // Proto field names (page_size, task_id) in the body or the query are
+    // renamed to the JSON names (A2A v1.0 section 5.5), before the path's
+    // members are set.
+    accept_proto_names(params, "params", params.GetAllocator());
     const bool push = route.method == A2AMethod::push_create || route.method == A2AMethod::push_get ||
                       route.method == A2AMethod::push_list || route.method == A2AMethod::push_delete;
     if (push) {
@@ -166,12 +176,6 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
     } else if (!route.task_id.empty() || route.method == A2AMethod::get_task ||
                route.method == A2AMethod::cancel_task || route.method == A2AMethod::subscribe_to_task) {
       add_string(params, "id", route.task_id);
-    }
-    // Query parameters: strings; the methods read integers and booleans
-    // from strings too. A2A-Version was read by the caller.
-    for (const auto &[name, value] : query) {
-      if (name == "A2A-Version" || name == "a2a-version") continue;
-      if (find(params, name) == nullptr) add_string(params, name, value);
     }
     // The tenant: the path's, else the body's or the query's.
     if (!route.tenant.empty()) add_string(params, "tenant", route.tenant);

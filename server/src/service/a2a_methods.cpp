@@ -356,6 +356,10 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
                          "ListTasks, SubscribeToTask, the push notification config methods, and their v0.3 "
                          "spellings)");
     }
+    // v1.0 (ProtoJSON) takes the proto field names too: renamed to the
+    // JSON names here, once, for every method.
+    if (call.dialect == Dialect::v1_0 && env.params != nullptr)
+      accept_proto_names(st.doc["params"], "params", st.doc.GetAllocator());
     const rapidjson::Value &params = env.params != nullptr ? *env.params : empty_object();
     if (call.dialect == Dialect::v1_0) {
       if (auto tenant = opt_string(params, "tenant", "params.tenant")) call.tenant = std::string(*tenant);

@@ -381,11 +381,10 @@ struct StoredTaskFilter {
   throw RpcError(rpc_code::kInvalidParams, "invalid params: " + field + " " + what, field);
 }
 
-// obj[camel], else obj[snake] (ProtoJSON parsers accept both names); null
-// counts as absent.
-const rapidjson::Value *member(const rapidjson::Value &obj, std::string_view camel, std::string_view snake) {
-  const rapidjson::Value *v = find(obj, camel);
-  if (v == nullptr && !snake.empty()) v = find(obj, snake);
+// obj[name]; null counts as absent. (Proto names were renamed to JSON
+// names before: accept_proto_names.)
+const rapidjson::Value *member(const rapidjson::Value &obj, std::string_view name) {
+  const rapidjson::Value *v = find(obj, name);
   return v == nullptr || v->IsNull() ? nullptr : v;
 }
 
@@ -393,9 +392,8 @@ rapidjson::Value copy_of(const rapidjson::Value &v, rapidjson::Document::Allocat
   return rapidjson::Value(v, a);
 }
 
-std::optional<std::string_view> opt_str(const rapidjson::Value &obj, std::string_view camel, std::string_view snake,
-                                        const std::string &field) {
-  const rapidjson::Value *v = member(obj, camel, snake);
+std::optional<std::string_view> opt_str(const rapidjson::Value &obj, std::string_view name, const std::string &field) {
+  const rapidjson::Value *v = member(obj, name);
   if (v == nullptr) return std::nullopt;
   if (!v->IsString()) bad(field, "must be a string");
   return sv(*v);
@@ -423,9 +421,9 @@ bool is_base64(std::string_view s) noexcept {
 
 rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, rapidjson::Document::AllocatorType &a) {
   if (!p.IsObject()) bad(pf, "must be an object");
-  const rapidjson::Value *text = member(p, "text", "");
-  const rapidjson::Value *raw = member(p, "raw", "");
-  const rapidjson::Value *url = member(p, "url", "");
+  const rapidjson::Value *text = member(p, "text");
+  const rapidjson::Value *raw = member(p, "raw");
+  const rapidjson::Value *url = member(p, "url");
   const rapidjson::Value *data = find(p, "data");  // a JSON null is data too
   const int contents = (text != nullptr) + (raw != nullptr) + (url != nullptr) + (data != nullptr);
   if (contents != 1) {
@@ -435,9 +433,9 @@ rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, 
     bad(pf, contents == 0 ? "must have one of text, raw, url or data"
                           : "must have exactly one of text, raw, url or data, not several");
   }
-  const auto media_type = opt_str(p, "mediaType", "media_type", pf + ".mediaType");
-  const auto filename = opt_str(p, "filename", "", pf + ".filename");
-  const rapidjson::Value *md = member(p, "metadata", "");
+  const auto media_type = opt_str(p, "mediaType", pf + ".mediaType");
+  const auto filename = opt_str(p, "filename", pf + ".filename");
+  const rapidjson::Value *md = member(p, "metadata");
   if (md != nullptr && !md->IsObject()) bad(pf + ".metadata", "must be an object");
 
   rapidjson::Value out(rapidjson::kObjectType);
@@ -465,6 +463,23 @@ rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, 
     out.AddMember("file", file, a);
   }
   if (md != nullptr) out.AddMember("metadata", copy_of(*md, a), a);
+  return out;
+}
+
+// The JSON name of a proto field name (protoc's ToJsonName): "_" dropped,
+// the character after it upper-cased.
+std::string json_name(std::string_view proto) {
+  std::string out;
+  out.reserve(proto.size());
+  bool upper = false;
+  for (char c : proto) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
   return out;
 }
 
@@ -613,12 +628,35 @@ bool is_stored_task_of(std::string_view json, std::string_view id) {
   return run_stored_task_filter(json, id, w);
 }
 
+void accept_proto_names(rapidjson::Value &v, const std::string &base, rapidjson::Document::AllocatorType &a) {
+  if (v.IsArray()) {
+    for (rapidjson::SizeType i = 0; i < v.Size(); ++i)
+      if (v[i].IsObject() || v[i].IsArray()) accept_proto_names(v[i], base + "[" + std::to_string(i) + "]", a);
+    return;
+  }
+  if (!v.IsObject()) return;
+  for (auto it = v.MemberBegin(); it != v.MemberEnd(); ++it) {
+    if (const std::string_view key = sv(it->name); key.find('_') != std::string_view::npos) {
+      const std::string name = json_name(key);
+      if (!name.empty()) {
+        if (find(v, name) != nullptr)
+          bad(base + "." + name, "is given twice, as \"" + name + "\" and as \"" + std::string(key) +
+                                     "\" (its proto name); send one of them");
+        it->name.SetString(name.data(), static_cast<rapidjson::SizeType>(name.size()), a);
+      }
+    }
+    const std::string_view name = sv(it->name);
+    if (name == "metadata" || name == "data") continue;  // free-form: the client's keys
+    if (it->value.IsObject() || it->value.IsArray()) accept_proto_names(it->value, base + "." + std::string(name), a);
+  }
+}
+
 rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &base,
                                  rapidjson::Document::AllocatorType &a) {
   if (!m.IsObject()) bad(base, "must be an object");
   rapidjson::Value out(rapidjson::kObjectType);
 
-  const rapidjson::Value *role = member(m, "role", "");
+  const rapidjson::Value *role = member(m, "role");
   if (role == nullptr) bad(base + ".role", "is required (\"ROLE_USER\" or \"ROLE_AGENT\")");
   const std::string_view r = role->IsString() ? sv(*role) : std::string_view();
   if (r == "ROLE_USER") out.AddMember("role", "user", a);
@@ -628,7 +666,7 @@ rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &b
                             "\" is the 0.3 spelling; send no A2A-Version header to speak 0.3)");
   else bad(base + ".role", "must be \"ROLE_USER\" or \"ROLE_AGENT\"");
 
-  const rapidjson::Value *parts = member(m, "parts", "");
+  const rapidjson::Value *parts = member(m, "parts");
   if (parts == nullptr) bad(base + ".parts", "is required");
   if (!parts->IsArray() || parts->Empty()) bad(base + ".parts", "must be a non-empty array of parts");
   rapidjson::Value stored_parts(rapidjson::kArrayType);
@@ -636,23 +674,23 @@ rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &b
     stored_parts.PushBack(part_from_v1((*parts)[i], base + ".parts[" + std::to_string(i) + "]", a), a);
   out.AddMember("parts", stored_parts, a);
 
-  const auto message_id = opt_str(m, "messageId", "message_id", base + ".messageId");
+  const auto message_id = opt_str(m, "messageId", base + ".messageId");
   if (!message_id) bad(base + ".messageId", "is required");
   if (message_id->empty()) bad(base + ".messageId", "must not be empty");
   out.AddMember("messageId", make_string(*message_id, a), a);
-  if (auto t = opt_str(m, "taskId", "task_id", base + ".taskId"); t && !t->empty())
+  if (auto t = opt_str(m, "taskId", base + ".taskId"); t && !t->empty())
     out.AddMember("taskId", make_string(*t, a), a);
-  if (auto c = opt_str(m, "contextId", "context_id", base + ".contextId"); c && !c->empty())
+  if (auto c = opt_str(m, "contextId", base + ".contextId"); c && !c->empty())
     out.AddMember("contextId", make_string(*c, a), a);
-  if (const rapidjson::Value *md = member(m, "metadata", "")) {
+  if (const rapidjson::Value *md = member(m, "metadata")) {
     if (!md->IsObject()) bad(base + ".metadata", "must be an object");
     out.AddMember("metadata", copy_of(*md, a), a);
   }
-  if (const rapidjson::Value *ext = member(m, "extensions", "")) {
+  if (const rapidjson::Value *ext = member(m, "extensions")) {
     check_string_list(*ext, base + ".extensions");
     out.AddMember("extensions", copy_of(*ext, a), a);
   }
-  if (const rapidjson::Value *refs = member(m, "referenceTaskIds", "reference_task_ids")) {
+  if (const rapidjson::Value *refs = member(m, "referenceTaskIds")) {
     check_string_list(*refs, base + ".referenceTaskIds");
     out.AddMember("referenceTaskIds", copy_of(*refs, a), a);
   }

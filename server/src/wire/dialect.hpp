@@ -104,12 +104,26 @@ bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjso
 /// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`.
 bool is_stored_task_of(std::string_view json, std::string_view id);
 
+/// Renames the proto field names of a v1.0 request to their JSON names
+/// ("task_id" -> "taskId", "push_notification_config" ->
+/// "pushNotificationConfig": the proto name without its underscores, each
+/// letter after one upper-cased), as ProtoJSON parsers accept both (A2A v1.0
+/// section 5.5; output stays camelCase). Applies to `params` and every object
+/// in it, through arrays, except inside free-form values (the values of
+/// "metadata", a google.protobuf.Struct, and "data", a Value), whose keys are
+/// the client's own. Keys without "_" are left alone. Throws
+/// RpcError(-32602 invalid params) naming the field under `base`
+/// ("params.message.messageId") when one object has both names of a field.
+/// Recursive: `params` must nest no deeper than the request depth limit
+/// (limits.max_json_depth, at most 64), which the parsers check first.
+void accept_proto_names(rapidjson::Value &params, const std::string &base, rapidjson::Document::AllocatorType &a);
+
 /// Converts a v1.0 Message (A2A v1.0 section 4.1.4 Message, 4.1.6 Part) to
 /// the stored form, allocated in `a`. Checks it as it goes and throws
 /// RpcError(-32602 invalid params) naming the offending member under `base`
 /// ("params.message.parts[0]: a part must have exactly one of text, raw,
-/// url or data"). Accepts the proto field names too (message_id, ...), as
-/// ProtoJSON parsers must.
+/// url or data"). Reads the JSON names only: proto names (message_id) are
+/// renamed before (accept_proto_names).
 rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &base,
                                  rapidjson::Document::AllocatorType &a);
 
