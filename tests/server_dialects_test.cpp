@@ -166,7 +166,9 @@ TEST_CASE("one stored form: every part written through one dialect reads right t
         R"([{"kind":"text","text":"deploy","mediaType":"text/markdown","metadata":{"lang":"en"}},)"
         R"({"kind":"file","file":{"bytes":"aGVsbG8=","mimeType":"application/octet-stream","name":"h.bin"}},)"
         R"({"kind":"file","file":{"uri":"https://example.com/f.pdf","mimeType":"application/pdf","name":"f.pdf"}},)"
-        R"({"kind":"data","data":{"k":[1,2]},"mediaType":"application/json"},{"kind":"data","data":[1,"two"]}])");
+        R"({"kind":"data","data":{"k":[1,2]},"mediaType":"application/json"},)"
+        // v0.3 data is an object: a v1.0 value that is not one, wrapped.
+        R"({"kind":"data","data":{"value":[1,"two"]},"metadata":{"toolnexus.wrappedValue":true}}])");
   CHECK(std::string(v03["result"]["history"][0]["role"].GetString()) == "user");
   CHECK(std::string(v03["result"]["status"]["state"].GetString()) == "input-required");
 

@@ -1,9 +1,9 @@
 // Wire details found by real clients and schema checks (issue 18, item 6),
 // over raw HTTP: v0.3 parts are refused without "kind" and stored without
-// members a strict parser would trip on; the Agent Card carries
-// Cache-Control and a strong ETag and answers a matching If-None-Match with
-// 304; v1.0 input accepts the proto field names (task_id) beside the JSON
-// names (taskId).
+// members a strict parser would trip on; a v1.0 data part that is no object
+// has a valid v0.3 form; the Agent Card carries Cache-Control and a strong
+// ETag and answers a matching If-None-Match with 304; v1.0 input accepts the
+// proto field names (task_id) beside the JSON names (taskId).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
@@ -102,6 +102,39 @@ TEST_CASE("v0.3: members a part does not define are not stored, nor served back"
                      v03_send(R"([{"kind":"file","file":{"uri":"https://example.com/f","bytes":"aGk="}}])"));
   CHECK(error_code(both) == -32602);
   CHECK(v03_field(both) == "params.message.parts[0].file");
+}
+
+TEST_CASE("a v1.0 data part that is not an object reads as a valid v0.3 DataPart, and round-trips in v1.0") {
+  auto server = serve_agent("echo");
+  Client c(server.url());
+  const std::string v1_parts =
+      R"([{"data":[1,2,3]},{"data":"s","metadata":{"k":1}},{"data":null},{"data":{"value":5}},)"
+      R"({"data":{"a":1},"mediaType":"application/json"}])";
+  auto sent = c.call("SendMessage", R"({"message":{"role":"ROLE_USER","messageId":"m-1","parts":)" + v1_parts + "}}",
+                     "1", kV1);
+  REQUIRE_MESSAGE(sent.HasMember("result"), c.last().body);
+  const std::string id = sent["result"]["task"]["id"].GetString();
+  CHECK(to_json(sent["result"]["task"]["history"][0]["parts"]) == v1_parts);
+  auto v1 = c.call("GetTask", R"({"id":)" + q(id) + "}", "2", kV1);
+  CHECK(to_json(v1["result"]["history"][0]["parts"]) == v1_parts);
+
+  // v0.3: every DataPart's data is an object; a wrapped value says so in
+  // the part's metadata.
+  auto v03 = c.get_task(id);
+  CHECK(to_json(v03["result"]["history"][0]["parts"]) ==
+        R"([{"kind":"data","data":{"value":[1,2,3]},"metadata":{"toolnexus.wrappedValue":true}},)"
+        R"({"kind":"data","data":{"value":"s"},"metadata":{"k":1,"toolnexus.wrappedValue":true}},)"
+        R"({"kind":"data","data":{"value":null},"metadata":{"toolnexus.wrappedValue":true}},)"
+        R"({"kind":"data","data":{"value":5}},)"
+        R"({"kind":"data","data":{"a":1},"mediaType":"application/json"}])");
+
+  // The marker is the server's: a v1.0 client may not send it.
+  auto reserved = c.call("SendMessage",
+                         R"({"message":{"role":"ROLE_USER","messageId":"m-2","parts":)"
+                         R"([{"data":{"value":1},"metadata":{"toolnexus.wrappedValue":true}}]}})",
+                         "3", kV1);
+  CHECK(error_code(reserved) == -32602);
+  CHECK(v1_field(reserved) == "params.message.parts[0].metadata.toolnexus.wrappedValue");
 }
 
 TEST_CASE("the Agent Card: Cache-Control max-age, a strong ETag, and 304 for a matching If-None-Match") {

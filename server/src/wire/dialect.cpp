@@ -89,12 +89,37 @@ std::string_view part_kind(const rapidjson::Value &p) noexcept {
   return {};
 }
 
+// A stored data part's wrapped value (see kWrappedValueKey): the V of
+// "data": {"value": V} when its metadata marks it, else nullptr.
+const rapidjson::Value *wrapped_value(const rapidjson::Value &p) {
+  const rapidjson::Value *md = find(p, "metadata");
+  const rapidjson::Value *mark = md != nullptr && md->IsObject() ? find(*md, kWrappedValueKey) : nullptr;
+  const rapidjson::Value *data = find(p, "data");
+  if (mark == nullptr || !mark->IsTrue() || data == nullptr || !data->IsObject() || data->MemberCount() != 1)
+    return nullptr;
+  return find(*data, "value");
+}
+
+// A part's metadata less kWrappedValueKey; nothing when that leaves it empty.
+void write_metadata_unwrapped(JsonWriter &w, const rapidjson::Value &md) {
+  if (md.MemberCount() == 1) return;
+  put_key(w, "metadata");
+  w.StartObject();
+  for (auto it = md.MemberBegin(); it != md.MemberEnd(); ++it) {
+    if (sv(it->name) == kWrappedValueKey) continue;
+    w.Key(it->name.GetString(), it->name.GetStringLength());
+    it->value.Accept(w);
+  }
+  w.EndObject();
+}
+
 void write_part_v1(JsonWriter &w, const rapidjson::Value &p) {
   w.StartObject();
   if (p.IsObject()) {
     const std::string_view kind = part_kind(p);
     std::string_view media_type = str(find(p, "mediaType"));
     std::string_view filename;
+    const rapidjson::Value *unwrapped = kind == "data" ? wrapped_value(p) : nullptr;
     if (kind == "text") {
       copy_value(w, p, "text", "text");
     } else if (kind == "file") {
@@ -105,9 +130,15 @@ void write_part_v1(JsonWriter &w, const rapidjson::Value &p) {
         filename = str(find(*f, "name"));
       }
     } else if (kind == "data") {
-      copy_value(w, p, "data", "data");
+      if (unwrapped != nullptr) {
+        put_key(w, "data");
+        unwrapped->Accept(w);
+      } else {
+        copy_value(w, p, "data", "data");
+      }
     }
-    copy_value(w, p, "metadata", "metadata");
+    if (unwrapped != nullptr) write_metadata_unwrapped(w, *find(p, "metadata"));
+    else copy_value(w, p, "metadata", "metadata");
     if (!filename.empty()) {
       put_key(w, "filename");
       put_string(w, filename);
@@ -437,6 +468,11 @@ rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, 
   const auto filename = opt_str(p, "filename", pf + ".filename");
   const rapidjson::Value *md = member(p, "metadata");
   if (md != nullptr && !md->IsObject()) bad(pf + ".metadata", "must be an object");
+  if (md != nullptr && find(*md, kWrappedValueKey) != nullptr)
+    bad(pf + ".metadata." + std::string(kWrappedValueKey),
+        "is reserved: the server marks with it a data value it shows A2A 0.3 clients wrapped in an object");
+  // A data value that is no object: stored wrapped, marked in the metadata.
+  const bool wrap = data != nullptr && !data->IsObject();
 
   rapidjson::Value out(rapidjson::kObjectType);
   if (text != nullptr) {
@@ -446,7 +482,13 @@ rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, 
     if (media_type && !media_type->empty()) out.AddMember("mediaType", make_string(*media_type, a), a);
   } else if (data != nullptr) {
     out.AddMember("kind", "data", a);
-    out.AddMember("data", copy_of(*data, a), a);
+    if (wrap) {
+      rapidjson::Value boxed(rapidjson::kObjectType);
+      boxed.AddMember("value", copy_of(*data, a), a);
+      out.AddMember("data", boxed, a);
+    } else {
+      out.AddMember("data", copy_of(*data, a), a);
+    }
     if (media_type && !media_type->empty()) out.AddMember("mediaType", make_string(*media_type, a), a);
   } else {
     rapidjson::Value file(rapidjson::kObjectType);
@@ -462,7 +504,11 @@ rapidjson::Value part_from_v1(const rapidjson::Value &p, const std::string &pf, 
     out.AddMember("kind", "file", a);
     out.AddMember("file", file, a);
   }
-  if (md != nullptr) out.AddMember("metadata", copy_of(*md, a), a);
+  if (md != nullptr || wrap) {
+    rapidjson::Value meta = md != nullptr ? copy_of(*md, a) : rapidjson::Value(rapidjson::kObjectType);
+    if (wrap) meta.AddMember(make_string(kWrappedValueKey, a), rapidjson::Value(true), a);
+    out.AddMember("metadata", meta, a);
+  }
   return out;
 }
 

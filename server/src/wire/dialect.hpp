@@ -17,7 +17,10 @@
 //
 // Part members v1.0 can express and v0.3 cannot (mediaType of a text or data
 // part) are kept in the stored part as an extra "mediaType" member, so a Task
-// written through one dialect reads the same through the other.
+// written through one dialect reads the same through the other. A v1.0 data
+// value that is no object (v0.3 DataPart.data must be one) is stored wrapped,
+// {"value": ...}, with kWrappedValueKey: true in the part's metadata; the
+// v1.0 view unwraps it (docs/a2a.md, "Parts").
 #ifndef TOOLNEXUS_SERVER_DIALECT_HPP
 #define TOOLNEXUS_SERVER_DIALECT_HPP
 
@@ -104,6 +107,12 @@ bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjso
 /// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`.
 bool is_stored_task_of(std::string_view json, std::string_view id);
 
+/// The part metadata key that marks a stored data part whose "data" is
+/// {"value": V}, V being a v1.0 data value that is not an object (v0.3
+/// DataPart.data is an object): the v0.3 view shows the wrapped form and the
+/// key, the v1.0 view shows V and not the key. A v1.0 client may not send it.
+inline constexpr std::string_view kWrappedValueKey = "toolnexus.wrappedValue";
+
 /// Renames the proto field names of a v1.0 request to their JSON names
 /// ("task_id" -> "taskId", "push_notification_config" ->
 /// "pushNotificationConfig": the proto name without its underscores, each
@@ -123,7 +132,8 @@ void accept_proto_names(rapidjson::Value &params, const std::string &base, rapid
 /// RpcError(-32602 invalid params) naming the offending member under `base`
 /// ("params.message.parts[0]: a part must have exactly one of text, raw,
 /// url or data"). Reads the JSON names only: proto names (message_id) are
-/// renamed before (accept_proto_names).
+/// renamed before (accept_proto_names). A data value that is no object is
+/// stored wrapped (see kWrappedValueKey).
 rapidjson::Value message_from_v1(const rapidjson::Value &m, const std::string &base,
                                  rapidjson::Document::AllocatorType &a);
 
