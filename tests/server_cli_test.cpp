@@ -159,7 +159,7 @@ TEST_CASE("toolnexus serve: the Task size limits and the card's url options, fro
   {
     std::ofstream f(dir.path / "serve.json");
     f << R"({"agent": "approval",
-             "a2a": {"allowed_hosts": ["agents.example.com"], "trust_forwarded": true},
+             "a2a": {"allowed_hosts": ["agents.example.com"], "trust_forwarded": true, "card_max_age_s": 42},
              "limits": {"max_message_parts": 2, "max_task_history": 3, "max_task_bytes": 8192}})";
   }
   const std::string parts3 = R"([{"kind":"text","text":"a"},{"kind":"text","text":"b"},{"kind":"text","text":"c"}])";
@@ -183,12 +183,16 @@ TEST_CASE("toolnexus serve: the Task size limits and the card's url options, fro
     Connection conn(port_of(url));
     REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: agents.example.com\r\n"
                           "X-Forwarded-Proto: https\r\n\r\n"));
-    CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == "https://agents.example.com/");
+    const HttpResponse card = conn.read_response();
+    CHECK(std::string(parse(card.body)["url"].GetString()) == "https://agents.example.com/");
+    CHECK(card.header("cache-control") == "public, max-age=42");
+    // The url follows these headers: a shared cache must key on them too.
+    CHECK(card.header("vary") == "Forwarded, X-Forwarded-Proto, X-Forwarded-Host");
   }
   {
     Child child({"serve", "--listen", "127.0.0.1:0", "--agent", "approval", "--max-message-parts", "1",
                  "--max-task-history=5", "--max-task-bytes", "4096", "--allowed-host", "edge.example:8443",
-                 "--trust-forwarded"});
+                 "--trust-forwarded", "--card-max-age", "0"});
     const std::string url = url_from(child.first_stdout_line());
     Client c(url);
     auto d = c.call("SendMessage", R"({"message":{"role":"user","messageId":"m1","parts":)" + parts3 + "}}");
@@ -198,7 +202,9 @@ TEST_CASE("toolnexus serve: the Task size limits and the card's url options, fro
     Connection conn(port_of(url));
     REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
                           "Forwarded: proto=https;host=edge.example:8443\r\n\r\n"));
-    CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == "https://edge.example:8443/");
+    const HttpResponse card = conn.read_response();
+    CHECK(std::string(parse(card.body)["url"].GetString()) == "https://edge.example:8443/");
+    CHECK(card.header("cache-control") == "public, max-age=0");
     REQUIRE(conn.send_raw("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
                           "Forwarded: proto=https;host=evil.example\r\n\r\n"));
     CHECK(std::string(parse(conn.read_response().body)["url"].GetString()) == url);
