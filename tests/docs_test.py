@@ -11,15 +11,18 @@ The convention, for whoever writes a page:
                (variables and background jobs carry over), in a fresh
                directory (for examples/X/README.md, a fresh copy of
                examples/X), with set -euo pipefail, the build's bin/ first on
-               PATH, PREFIX a fresh install of the build, and every
-               127.0.0.1:8080 replaced by a free port (in the expected output
-               too). A block that exits non-zero fails the page.
+               PATH, PREFIX a fresh install of the build, and each
+               127.0.0.1:8NNN (8080, 8090, ...) replaced by a free port of
+               its own (in the expected output too). A block that exits non-zero fails the page.
   ```output    right after a ```sh block (only blank lines between): what
                that block prints, stdout and stderr together, compared line
                by line (trailing blanks and trailing empty lines ignored).
                Variable parts are written `...`: inside a line it matches any
                text on that line (an id, a timestamp, a duration); a line that
                is only `...` matches any number of lines, none included.
+               A job a block starts in the background writes into that
+               block's output: send a server's output to a file
+               (`toolnexus serve ... > serve.log 2>&1 &`).
   ```shell     is shown and not run: commands that build for minutes, serve
                until stopped, or need paths of the reader's machine. Quote no
                output of them (or show it after a ```sh block that runs).
@@ -50,6 +53,7 @@ import time
 FENCE = re.compile(r"^(\s*)```\s*(\S*)")
 HIDDEN_OPEN = re.compile(r"^\s*<!--\s*docs-test\b")
 PAGE_TIMEOUT_S = 150
+LOCAL = re.compile(r"127\.0\.0\.1:8\d\d\d\b")
 
 
 class Block:
@@ -159,7 +163,15 @@ def run_page(path, rel, seed):
         return False, [f"   FAILED: {e}"]
     if not blocks:
         return True, []
-    port = str(free_port())
+    ports = {}  # 127.0.0.1:8NNN of the page -> 127.0.0.1:<a free port>
+
+    def local(line):
+        def port(m):
+            if m.group(0) not in ports:
+                ports[m.group(0)] = f"127.0.0.1:{free_port()}"
+            return ports[m.group(0)]
+        return LOCAL.sub(port, line)
+
     work = tempfile.mkdtemp(prefix="tnx-docs-")
     if seed is not None:
         shutil.copytree(seed, work, dirs_exist_ok=True)
@@ -168,8 +180,8 @@ def run_page(path, rel, seed):
     script = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
     for i, b in enumerate(blocks):
         script.append(f'exec >"{outs}/{i}" 2>&1')
-        script.extend(l.replace("127.0.0.1:8080", "127.0.0.1:" + port) for l in b.lines)
-    report = [f"== {rel} (port {port}, in {work})"]
+        script.extend(local(l) for l in b.lines)
+    report = [f"== {rel} ({', '.join(f'{k} is {v}' for k, v in ports.items()) or 'no ports'}; in {work})"]
     start = time.monotonic()
     try:
         proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=work, stdin=subprocess.DEVNULL,
@@ -193,7 +205,7 @@ def run_page(path, rel, seed):
         b = blocks[i]
         if b.output is None:
             continue
-        expected = [l.replace("127.0.0.1:8080", "127.0.0.1:" + port) for l in lines_of("\n".join(b.output.lines))]
+        expected = [local(l) for l in lines_of("\n".join(b.output.lines))]
         actual = lines_of(output(i))
         bad = compare(expected, actual)
         if bad is None:
