@@ -257,6 +257,65 @@ def check_abi(pages, src):
     return problems
 
 
+NUMBER = re.compile(r"(\d[\d,]*)(?:\s*(KiB|MiB|GiB))?")
+UNITS = {None: 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def numbers(text):
+    """The integers of a text, "8 MiB" as 8388608 and "1,000" as 1000."""
+    return [int(m.group(1).replace(",", "")) * UNITS[m.group(2)] for m in NUMBER.finditer(text)]
+
+
+def check_serve_defaults(src):
+    """The defaults of docs/configuration.md's table are the ones
+    `toolnexus serve --help` prints: for each flag of a row whose help says
+    "(default N", the row's default column gives N (or names the address
+    or word the help gives) (its numbers in the order
+    of the row's flags; a row of one flag, its first number)."""
+    rel = "docs/configuration.md"
+    help_text = subprocess.run(["toolnexus", "serve", "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True).stdout
+    helps, flag = {}, None
+    for line in help_text.split("\n"):
+        m = re.match(r"  (--[a-z-]+)", line)
+        if m:
+            flag = m.group(1)
+            helps[flag] = line
+        elif flag and line.startswith("    "):
+            helps[flag] += " " + line.strip()
+        else:
+            flag = None
+    problems, rows = [], 0
+    with open(os.path.join(src, rel), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else []
+            if len(cells) < 4:
+                continue
+            flags = re.findall(r"--[a-z-]+", cells[1])
+            said = numbers(re.sub(r"`[^`]*`", "", cells[2]))
+            for i, fl in enumerate(flags):
+                m = re.search(r"\(default ([^;,)\s]+)", helps.get(fl, ""))
+                if fl not in helps:
+                    problems.append(f"{rel}:{n}: {fl} is not an option of `toolnexus serve --help`")
+                    continue
+                if not m:
+                    continue
+                rows += 1
+                if not m.group(1).isdigit():  # an address, a name: written as it is
+                    if m.group(1) not in cells[2]:
+                        problems.append(f"{rel}:{n}: the default of {fl} is {m.group(1)} in `toolnexus serve "
+                                        f"--help`, not in the table")
+                    continue
+                want = int(m.group(1))
+                got = said[i] if len(flags) > 1 and i < len(said) else (said[0] if said else None)
+                if got != want:
+                    problems.append(f"{rel}:{n}: says {fl} defaults to {got}, but `toolnexus serve --help` says "
+                                    f"{want}")
+    if rows == 0:
+        problems.append(f"{rel}: no default of its table was compared with `toolnexus serve --help`")
+    return problems
+
+
 def check_dev_serve(src):
     """The README's hidden server is `toolnexus serve` with the default flags:
     `./dev serve` must pass none of its own."""
@@ -289,7 +348,7 @@ def main():
         if report:
             print("\n".join(report))
         failed += not ok
-    rules = check_abi(pages, src) + check_dev_serve(src)
+    rules = check_abi(pages, src) + check_dev_serve(src) + check_serve_defaults(src)
     print("== rules for numbers in prose")
     print("\n".join("   " + p for p in rules) if rules else "   ok")
     ran = sum(1 for _, r in results if r)
