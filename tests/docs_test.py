@@ -44,6 +44,7 @@ import concurrent.futures
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -160,7 +161,7 @@ def run_page(path, rel, seed):
     try:
         blocks = [b for b in parse(path) if b.lang == "sh"]
     except ValueError as e:
-        return False, [f"   FAILED: {e}"]
+        return False, [f"== {rel}", f"   FAILED: {e}"]
     if not blocks:
         return True, []
     ports = {}  # 127.0.0.1:8NNN of the page -> 127.0.0.1:<a free port>
@@ -183,12 +184,21 @@ def run_page(path, rel, seed):
         script.extend(local(l) for l in b.lines)
     report = [f"== {rel} ({', '.join(f'{k} is {v}' for k, v in ports.items()) or 'no ports'}; in {work})"]
     start = time.monotonic()
-    try:
-        proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=work, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=PAGE_TIMEOUT_S)
-        rc, why = proc.returncode, f"exited {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        rc, why = -1, f"did not finish in {PAGE_TIMEOUT_S} s"
+    # Its own session, so that whatever a page left running (a server it
+    # did not stop, a timed-out block's children) is ended with it.
+    with open(os.path.join(outs, "bash"), "w") as log:
+        proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=work, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=PAGE_TIMEOUT_S)
+            why = f"exited {rc}"
+        except subprocess.TimeoutExpired:
+            rc, why = -1, f"did not finish in {PAGE_TIMEOUT_S} s"
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
     secs = time.monotonic() - start
     ran = [i for i in range(len(blocks)) if os.path.exists(f"{outs}/{i}")]
 
