@@ -13,7 +13,8 @@ The convention, for whoever writes a page:
                examples/X), with set -euo pipefail, the build's bin/ first on
                PATH, PREFIX a fresh install of the build, and each
                127.0.0.1:8NNN (8080, 8090, ...) replaced by a free port of
-               its own (in the expected output too). A block that exits non-zero fails the page.
+               its own (in the expected output too). A block that exits
+               non-zero fails the page.
   ```output    right after a ```sh block (only blank lines between): what
                that block prints, stdout and stderr together, compared line
                by line (trailing blanks and trailing empty lines ignored).
@@ -26,17 +27,24 @@ The convention, for whoever writes a page:
   ```shell     is shown and not run: commands that build for minutes, serve
                until stopped, or need paths of the reader's machine. Quote no
                output of them (or show it after a ```sh block that runs).
-  <!-- docs-test: ... -->
-               an HTML comment holding ```sh blocks: they run like the others
-               but a reader does not see them (the README starts the server
-               that `./dev serve` starts, before its curl example).
+  <!-- docs-test: why ... ```sh ... ``` -->
+               a ```sh block inside an HTML comment runs like the others, but
+               a reader does not see it: a step the reader does by hand (the
+               README starts the server `./dev serve` starts, before its curl
+               example). Say why in the comment.
   ```json, ```c, ```cpp, ```cmake, ```text, ...  are shown, not run.
 
 Numbers in prose that no block prints are held by the rules at the end of
-this file: the plugin ABI version a page states is the header's
-(TNX_ABI_MAJOR.TNX_ABI_MINOR); an older one is written as history ("since
-ABI 1.2", "built against ABI 1.0"). A failure names the page and line, and
-shows what was expected and what came.
+this file:
+  - the plugin ABI version a page states is the header's
+    (TNX_ABI_MAJOR.TNX_ABI_MINOR); an older one is written as history
+    ("since ABI 1.2", "built against ABI 1.0");
+  - the defaults in docs/configuration.md's table are those of
+    `toolnexus serve --help`;
+  - `./dev serve` runs `toolnexus serve` with no flags of its own (the
+    README's hidden server is started that way).
+A failure names the page and line, and shows what was expected and what
+came; a failed page's directory is kept (its path is printed).
 
 usage: docs_test.py BUILD_DIR SOURCE_DIR PREFIX
 """
@@ -52,18 +60,17 @@ import tempfile
 import time
 
 FENCE = re.compile(r"^(\s*)```\s*(\S*)")
-HIDDEN_OPEN = re.compile(r"^\s*<!--\s*docs-test\b")
 PAGE_TIMEOUT_S = 150
 LOCAL = re.compile(r"127\.0\.0\.1:8\d\d\d\b")
 
 
 class Block:
-    """One fenced block: its info word, first content line (1-based), lines,
-    whether it sits in a hidden docs-test comment, and (sh only) the
-    ```output block that follows it."""
+    """One fenced block: its info word, first content line (1-based), lines
+    (without the fence's indentation), and (sh only) the ```output block
+    that follows it."""
 
-    def __init__(self, lang, line, hidden):
-        self.lang, self.line, self.hidden = lang, line, hidden
+    def __init__(self, lang, line):
+        self.lang, self.line = lang, line
         self.lines = []
         self.output = None
 
@@ -71,7 +78,7 @@ class Block:
 def parse(path):
     """The fenced blocks of a page, in order; raises ValueError on a fence
     left open or an output block that follows no sh block."""
-    blocks, cur, indent, hidden = [], None, "", False
+    blocks, cur, indent = [], None, ""
     blank_since_sh = False  # only blank lines since the last sh block closed
     with open(path, encoding="utf-8") as f:
         text = f.read().split("\n")
@@ -95,12 +102,8 @@ def parse(path):
         m = FENCE.match(raw)
         if m:
             indent = m.group(1)
-            cur = Block(m.group(2), n + 1, hidden)
+            cur = Block(m.group(2), n + 1)
             continue
-        if HIDDEN_OPEN.match(raw):
-            hidden = True
-        if hidden and "-->" in raw:
-            hidden = False
         if raw.strip():
             blank_since_sh = False
     if cur is not None:
@@ -109,6 +112,7 @@ def parse(path):
 
 
 def free_port():
+    """A TCP port on 127.0.0.1 that is free now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -149,6 +153,7 @@ def compare(expected, actual):
 
 
 def lines_of(text):
+    """The lines of a text, without trailing blanks and trailing empty lines."""
     out = [l.rstrip() for l in text.split("\n")]
     while out and not out[-1]:
         out.pop()
@@ -278,10 +283,10 @@ def numbers(text):
 
 def check_serve_defaults(src):
     """The defaults of docs/configuration.md's table are the ones
-    `toolnexus serve --help` prints: for each flag of a row whose help says
-    "(default N", the row's default column gives N (or names the address
-    or word the help gives) (its numbers in the order
-    of the row's flags; a row of one flag, its first number)."""
+    `toolnexus serve --help` prints. For each flag of a row whose help says
+    "(default N": the row's default column says N (a row of several flags:
+    its numbers in the order of the flags; "1 MiB" is 1048576); a default
+    that is not a number (an address) is written in the column as it is."""
     rel = "docs/configuration.md"
     help_text = subprocess.run(["toolnexus", "serve", "--help"], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True).stdout
@@ -304,10 +309,10 @@ def check_serve_defaults(src):
             flags = re.findall(r"--[a-z-]+", cells[1])
             said = numbers(re.sub(r"`[^`]*`", "", cells[2]))
             for i, fl in enumerate(flags):
-                m = re.search(r"\(default ([^;,)\s]+)", helps.get(fl, ""))
                 if fl not in helps:
                     problems.append(f"{rel}:{n}: {fl} is not an option of `toolnexus serve --help`")
                     continue
+                m = re.search(r"\(default ([^;,)\s]+)", helps[fl])
                 if not m:
                     continue
                 rows += 1
@@ -350,6 +355,7 @@ def main():
 
     def seed(rel):
         return os.path.join(src, os.path.dirname(rel)) if rel.startswith("examples/") else None
+
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(lambda p: run_page(p[0], p[1], seed(p[1])), pages))
