@@ -11,7 +11,9 @@ The convention, for whoever writes a page:
                (variables and background jobs carry over), in a fresh
                directory (for examples/X/README.md, a fresh copy of
                examples/X), with set -euo pipefail, the build's bin/ first on
-               PATH, PREFIX a fresh install of the build, and each
+               PATH, PREFIX a fresh install of the build (of a sanitizer
+               build, CXXFLAGS then carries its -fsanitize, as a C++ program
+               linking its libraries needs), and each
                127.0.0.1:8NNN (8080, 8090, ...) replaced by a free port of
                its own (in the expected output too). A block that exits
                non-zero fails the page.
@@ -342,11 +344,26 @@ def check_dev_serve(src):
     return []
 
 
+def sanitizer_flags(prefix):
+    """-fsanitize=... of a sanitizer build (whose installed libraries need
+    the sanitizer runtime first in a program linking them), else None."""
+    ldd = subprocess.run(["ldd", os.path.join(prefix, "lib", "libtoolnexus_server.so")],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    san = [name for lib, name in (("libasan", "address"), ("libubsan", "undefined")) if lib in ldd]
+    return "-fsanitize=" + ",".join(san) if san else None
+
+
 def main():
     build, src = sys.argv[1], sys.argv[2]
     os.environ["PATH"] = os.path.join(build, "bin") + os.pathsep + os.environ["PATH"]
     os.environ.pop("TOOLNEXUS_PLUGIN_PATH", None)
     os.environ["PREFIX"] = sys.argv[3]
+    san = sanitizer_flags(sys.argv[3])
+    if san:
+        # C++ only: CMake links a C++ program with CXXFLAGS too, while a C
+        # plugin (kv) needs no runtime of its own and shows ldd's plain list.
+        print(f"== the build is a sanitizer build: C++ in the pages builds with {san}")
+        os.environ["CXXFLAGS"] = (os.environ.get("CXXFLAGS", "") + " " + san).strip()
     rels = sorted(f"docs/{f}" for f in os.listdir(os.path.join(src, "docs")) if f.endswith(".md"))
     rels.append("README.md")
     rels += sorted(f"examples/{d}/README.md" for d in os.listdir(os.path.join(src, "examples"))
