@@ -3,8 +3,9 @@
 # where no package is installed, with apt-get, dpkg-query, sudo, cmake, ctest
 # and the built server replaced by stand-ins that record their arguments:
 #
-#   ./dev serve  installs exactly the serving packages (no PostgreSQL server,
-#                no doctest, no Node.js), configures with
+#   ./dev serve  installs exactly the serving packages (curl among them, for
+#                the README's first request; no PostgreSQL server, no
+#                doctest, no Node.js), configures with
 #                -DTOOLNEXUS_BUILD_TESTS=OFF and runs `toolnexus serve ARGS`
 #   ./dev test   installs the serving and the test packages, configures with
 #                -DTOOLNEXUS_BUILD_TESTS=ON and runs ctest
@@ -48,8 +49,8 @@ run_dev() { # ARGS...
 }
 installs() { sed -n 's/^apt-get install -y -q --no-install-recommends //p' "$log"; }
 
-serve_pkgs="g++ cmake ninja-build pkg-config libisal-dev libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev"
-test_pkgs="binutils doctest-dev sqlite3 postgresql curl python3"
+serve_pkgs="g++ cmake ninja-build pkg-config libisal-dev libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev curl"
+test_pkgs="binutils doctest-dev sqlite3 postgresql python3"
 
 # 1. serve on a fresh machine.
 : >"$TMP/installed"
