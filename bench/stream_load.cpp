@@ -98,7 +98,7 @@ void send_all(int fd, const std::string &s) {
 // A blocking one-shot JSON-RPC call; returns the body.
 std::string call(int port, const std::string &body) {
   const int fd = connect_to(port);
-  send_all(fd, "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nA2A-Version: 1.0\r\nContent-Length: " +
+  send_all(fd, "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nA2A-Version: 1.0\r\nContent-Length: " +
                    std::to_string(body.size()) + "\r\n\r\n" + body);
   std::string in;
   char buf[8192];
@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     const std::string body = R"({"jsonrpc":"2.0","id":)" + std::to_string(i) +
                              R"(,"method":"SubscribeToTask","params":{"id":")" + ids[static_cast<std::size_t>(i % tasks)] +
                              R"("}})";
-    send_all(s.fd, "POST / HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\nContent-Length: " + std::to_string(body.size()) +
+    send_all(s.fd, "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: " + std::to_string(body.size()) +
                        "\r\n\r\n" + body);
     epoll_event e{};
     e.events = EPOLLIN;

@@ -55,7 +55,10 @@ options (flags override the config file):
                            names this server, see --allowed-host; else the
                            local address the request arrived on)
   --allowed-host HOST      a host name (or HOST:PORT) the card's url may take
-                           from the Host header (repeatable)
+                           from the Host header and API requests may name
+                           (repeatable; "*": any Host is served)
+  --allowed-origin ORIGIN  a web origin (https://console.example.com) whose
+                           pages may call the API (repeatable; "*": any)
   --trust-forwarded        a reverse proxy in front sets Forwarded /
                            X-Forwarded-Proto / X-Forwarded-Host: the card's
                            url follows them (off: they are ignored)
@@ -292,7 +295,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!a2a->IsObject()) throw UsageError(file + ": a2a must be an object");
     warn_unknown(c, *a2a, "a2a.",
                  {"name", "description", "version", "store", "provider", "documentation_url", "public_url",
-                  "allowed_hosts", "trust_forwarded", "card_max_age_s"});
+                  "allowed_hosts", "allowed_origins", "trust_forwarded", "card_max_age_s"});
     if (auto v = config_string(c, *a2a, "name", "a2a.name"); !v.empty()) o.card.name = v;
     if (auto v = config_string(c, *a2a, "description", "a2a.description"); !v.empty()) o.card.description = v;
     if (auto v = config_string(c, *a2a, "version", "a2a.version"); !v.empty()) o.card.version = v;
@@ -303,14 +306,18 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_string(c, *a2a, "documentation_url", "a2a.documentation_url"); !v.empty())
       o.card.documentation_url = v;
     if (auto v = config_string(c, *a2a, "public_url", "a2a.public_url"); !v.empty()) o.card.public_url = v;
-    if (const rapidjson::Value *hosts = member(*a2a, "allowed_hosts")) {
-      if (!hosts->IsArray()) throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
-      for (const auto &h : hosts->GetArray()) {
-        if (!h.IsString() || h.GetStringLength() == 0)
-          throw UsageError(file + ": a2a.allowed_hosts must be an array of host names");
-        o.card.allowed_hosts.emplace_back(h.GetString(), h.GetStringLength());
+    const auto names = [&](const char *key, const char *what, std::vector<std::string> &into) {
+      const rapidjson::Value *list = member(*a2a, key);
+      if (list == nullptr) return;
+      const std::string bad = file + ": a2a." + key + " must be an array of " + what;
+      if (!list->IsArray()) throw UsageError(bad);
+      for (const auto &h : list->GetArray()) {
+        if (!h.IsString() || h.GetStringLength() == 0) throw UsageError(bad);
+        into.emplace_back(h.GetString(), h.GetStringLength());
       }
-    }
+    };
+    names("allowed_hosts", "host names", o.card.allowed_hosts);
+    names("allowed_origins", "origins (\"https://console.example.com\")", o.card.allowed_origins);
     if (const rapidjson::Value *tf = member(*a2a, "trust_forwarded")) {
       if (!tf->IsBool()) throw UsageError(file + ": a2a.trust_forwarded must be true or false");
       o.card.trust_forwarded = tf->GetBool();
@@ -445,6 +452,11 @@ int run_serve(int argc, char **argv) {
         const std::string h = next();
         if (h.empty()) throw UsageError("--allowed-host needs a host name");
         o.card.allowed_hosts.push_back(h);
+      }
+      else if (a == "--allowed-origin") {
+        const std::string h = next();
+        if (h.empty()) throw UsageError("--allowed-origin needs an origin (https://console.example.com, or *)");
+        o.card.allowed_origins.push_back(h);
       }
       else if (a == "--trust-forwarded" && !has_inline) o.card.trust_forwarded = true;
       else if (a == "--card-max-age") o.card.cache_max_age_s = to_int(parse_int(a, next(), 0, 31536000));

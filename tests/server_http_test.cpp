@@ -16,7 +16,7 @@ namespace {
 const std::string kList = R"({"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{}})";
 
 std::string post_head(const std::string &extra) {
-  return "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra + "\r\n";
+  return "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + extra + "\r\n";
 }
 
 // Sends raw bytes and reads one response.
@@ -54,7 +54,7 @@ TEST_CASE("framing errors are refused by the HTTP layer with the reason") {
        "bad chunk size"},
       {"chunk longer than its size",
        post_head("Transfer-Encoding: chunked\r\n") + "2\r\n{}}\r\n0\r\n\r\n", 400, "not followed by CRLF"},
-      {"header larger than the limit", "GET /tasks HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n",
+      {"header larger than the limit", "GET /tasks HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n",
        431, "larger than 32768"},
       {"malformed request line", "GET\r\n\r\n", 400, "malformed request header"},
       {"two Host fields", "GET /.well-known/agent-card.json HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400,
@@ -79,7 +79,7 @@ TEST_CASE("request smuggling: a head that a proxy could read otherwise is refuse
   const int port = port_of(server.url());
   // A complete second request, hidden in the body of the first: a server
   // that ignores the first's framing answers it too.
-  const std::string smuggled = "GET /tasks HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string smuggled = "GET /tasks HTTP/1.1\r\nHost: localhost\r\n\r\n";
   const std::string cl = std::to_string(smuggled.size());
   struct Case {
     const char *what;
@@ -104,13 +104,13 @@ TEST_CASE("request smuggling: a head that a proxy could read otherwise is refuse
        400, "more than once"},
       {"chunked not last", post_head("Transfer-Encoding: chunked, identity\r\n") + "0\r\n\r\n", 400, "last"},
       {"empty Transfer-Encoding", post_head("Transfer-Encoding: ,\r\n") + smuggled, 400, "empty"},
-      {"HTTP/9.9", "GET /tasks HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP version 9.9 is not supported"},
-      {"HTTP/2.0 in an HTTP/1 request line", "GET /tasks HTTP/2.0\r\nHost: x\r\n\r\n", 505, "2.0"},
-      {"HTTP/1.10", "GET /tasks HTTP/1.10\r\nHost: x\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
-      {"lower-case http", "GET /tasks http/1.1\r\nHost: x\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
-      {"two spaces in the request line", "GET  /tasks HTTP/1.1\r\nHost: x\r\n\r\n", 400, "single spaces"},
-      {"a space in the target", "GET /tasks x HTTP/1.1\r\nHost: x\r\n\r\n", 400, "single spaces"},
-      {"a raw non-ASCII byte in the target", "GET /tasks/\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n", 400,
+      {"HTTP/9.9", "GET /tasks HTTP/9.9\r\nHost: localhost\r\n\r\n", 505, "HTTP version 9.9 is not supported"},
+      {"HTTP/2.0 in an HTTP/1 request line", "GET /tasks HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, "2.0"},
+      {"HTTP/1.10", "GET /tasks HTTP/1.10\r\nHost: localhost\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
+      {"lower-case http", "GET /tasks http/1.1\r\nHost: localhost\r\n\r\n", 400, "HTTP/DIGIT.DIGIT"},
+      {"two spaces in the request line", "GET  /tasks HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "single spaces"},
+      {"a space in the target", "GET /tasks x HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "single spaces"},
+      {"a raw non-ASCII byte in the target", "GET /tasks/\xc3\xa9 HTTP/1.1\r\nHost: localhost\r\n\r\n", 400,
        "percent-encode"},
       {"HTTP/1.1 without Host", "GET /tasks HTTP/1.1\r\n\r\n", 400, "must have a Host field"},
   };
@@ -128,7 +128,7 @@ TEST_CASE("request smuggling: a head that a proxy could read otherwise is refuse
   }
   // What RFC 9112 allows still works: HTTP/1.2 is served as HTTP/1.1, an
   // HTTP/1.0 request needs no Host, OWS around a value is fine.
-  for (const std::string &ok : {std::string("GET /.well-known/agent-card.json HTTP/1.2\r\nHost: x\r\n\r\n"),
+  for (const std::string &ok : {std::string("GET /.well-known/agent-card.json HTTP/1.2\r\nHost: localhost\r\n\r\n"),
                                 std::string("GET /.well-known/agent-card.json HTTP/1.0\r\n\r\n"),
                                 std::string("GET /.well-known/agent-card.json HTTP/1.1\r\nHost:\t x \t\r\n\r\n")}) {
     CAPTURE(ok);
@@ -203,7 +203,7 @@ TEST_CASE("slowloris: clients trickling header bytes are cut off and never shut 
   constexpr int kSlow = 200;
   std::vector<std::unique_ptr<Connection>> slow;
   for (int i = 0; i < kSlow; ++i) slow.push_back(std::make_unique<Connection>(port));
-  const std::string header = "POST / HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(200, 'a');
+  const std::string header = "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nX-Pad: " + std::string(200, 'a');
   std::atomic<bool> done{false};
   std::thread trickle([&] {
     for (std::size_t pos = 0; pos < header.size() && !done; ++pos) {

@@ -186,7 +186,7 @@ TEST_CASE("config methods: v0.3 set/get/list/delete and HTTP+JSON; a deleted con
   CHECK(parse(listed.body)["configs"].Size() == 2);
   // Delete c2 (twice: idempotent).
   for (int i = 0; i < 2; ++i) {
-    const std::string del = "DELETE /tasks/" + id + "/pushNotificationConfigs/c2 HTTP/1.1\r\nHost: x\r\n\r\n";
+    const std::string del = "DELETE /tasks/" + id + "/pushNotificationConfigs/c2 HTTP/1.1\r\nHost: localhost\r\n\r\n";
     rest.send_raw(del);
     auto r = rest.read_response();
     CHECK(r.status == 200);

@@ -129,7 +129,7 @@ TEST_CASE("HTTP+JSON POST /message:stream: bare StreamResponse frames") {
   auto server = serve_with("echo");
   Connection conn(port_of(server.url()));
   const std::string body = R"({"message":)" + v1_message("rest stream") + "}";
-  SseReader sse(conn, "POST /message:stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+  SseReader sse(conn, "POST /message:stream HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   REQUIRE(sse.status() == 200);
   auto events = sse.rest();
@@ -151,7 +151,7 @@ TEST_CASE("SubscribeToTask on an input-required Task: the snapshot, then the res
     c.wait_settled(other);
     Connection conn(port_of(server.url()));
     // HTTP+JSON subscribe, both verbs (the spec says POST, the proto GET).
-    SseReader sse(conn, verb + " /tasks/" + other + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
+    SseReader sse(conn, verb + " /tasks/" + other + ":subscribe HTTP/1.1\r\nHost: localhost\r\n\r\n");
     REQUIRE(sse.status() == 200);
     auto snap = sse.next();
     REQUIRE(snap);
@@ -393,7 +393,7 @@ TEST_CASE("a stream ends right after its final event while its client is still r
     const std::string id = task_id(c.send("deploy " + std::string(1500000, 'x')));
     c.wait_settled(id);
     Connection conn(port_of(server.url()));
-    SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
+    SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: localhost\r\n\r\n");
     REQUIRE(sse.status() == 200);
     // The client reads nothing while the snapshot is being written and the
     // Task runs to its end (its events queue behind the snapshot).
@@ -463,7 +463,7 @@ TEST_CASE("the memory slow streams held is given back once they are dropped") {
     for (int i = 0; i < 200; ++i) {
       conns.push_back(std::make_unique<Connection>(port_of(server.url())));
       readers.push_back(
-          std::make_unique<SseReader>(*conns.back(), "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n"));
+          std::make_unique<SseReader>(*conns.back(), "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: localhost\r\n\r\n"));
     }
     // Each stream holds the part of its ~1 MiB snapshot its client has not read.
     std::this_thread::sleep_for(500ms);

@@ -97,8 +97,20 @@ struct AgentCardOptions {
   /// Host names the card's url may take from the Host header (and, when not
   /// empty, the only ones it may take from forwarded headers): "name" (any
   /// port) or "name:port", compared without case ("agents.example.com",
-  /// "[2001:db8::1]:8443").
+  /// "[2001:db8::1]:8443"). They are also the names an API request's Host
+  /// may give besides this server's own address (and, on a loopback
+  /// connection, a loopback name) and public_url's host: any other is
+  /// refused 421, so that a web page on a rebound DNS name cannot read or
+  /// change Tasks. "*" turns that check off (the card still takes only the
+  /// names above).
   std::vector<std::string> allowed_hosts;
+  /// Origins (RFC 6454: "https://console.example.com", scheme://host[:port])
+  /// whose web pages may call the API from a browser, besides this server's
+  /// own origin; "*" allows any. A request with an Origin header that is
+  /// neither is refused 403 (a page on another site could otherwise cancel
+  /// Tasks blind: with authentication off nothing else stops a browser's
+  /// simple cross-site POST). Compared without case.
+  std::vector<std::string> allowed_origins;
   /// Seconds a client or cache may keep the card without asking again: the
   /// card is served with "Cache-Control: public, max-age=N" and a strong
   /// ETag (SHA-256 of its bytes), and a conditional GET whose If-None-Match

@@ -94,16 +94,25 @@ std::string a2a_version_of(const HttpRequest &req, const std::vector<std::pair<s
   return {};
 }
 
-// A body's Content-Type is JSON (application/json or application/a2a+json,
-// any parameters), or absent.
+// The request's Content-Type is JSON: application/json or
+// application/a2a+json, any parameters. An absent one is not: a browser's
+// cross-site "simple" POST sends text/plain, a form type or none at all
+// (a Blob without a type), and must not reach the API (issue 19 item 4).
 bool json_content_type(const HttpRequest &req) {
   std::string_view ct = req.head.getContentType();
   ct = ct.substr(0, ct.find(';'));
-  while (!ct.empty() && ct.back() == ' ') ct.remove_suffix(1);
-  if (ct.empty()) return true;
+  while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
   std::string lower(ct);
   for (char &c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return lower == "application/json" || lower == "application/a2a+json";
+}
+
+// What a refused Content-Type is told.
+std::string content_type_refusal(const HttpRequest &req) {
+  const std::string &ct = req.head.getContentType();
+  return (ct.empty() ? std::string("a request body without Content-Type")
+                     : "Content-Type '" + ct.substr(0, 100) + "'") +
+         " is not supported; send Content-Type: application/json (or application/a2a+json)";
 }
 
 // This server's side of a connection, as the card's url needs it. An
@@ -133,10 +142,12 @@ class Router {
     int status = 0;
     const std::string &m = req.head.getMethod();
     const std::string_view path = req.path;
-    if (path == "/") {
+    const bool card_path = path == "/.well-known/agent-card.json" || path == "/.well-known/agent.json";
+    if (!card_path && (status = cross_site_refusal(req, out)) != 0) {
+      // refused: a rebound DNS name or another site's page
+    } else if (path == "/") {
       status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, out, b, principal) : not_found(out);
-    } else if ((path == "/.well-known/agent-card.json" || path == "/.well-known/agent.json") &&
-               (m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD)) {
+    } else if (card_path && (m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD)) {
       status = card(req, out);
     } else {
       RestRoute route;
@@ -185,6 +196,35 @@ class Router {
     return 405;
   }
 
+  // DNS rebinding and cross-site requests (docs/configuration.md, "Web
+  // pages and other sites"): an API request's Host must name this server and
+  // a browser's Origin must be this server's or an allowed one. Returns 0,
+  // or the status it answered with (421, 403).
+  int cross_site_refusal(HttpRequest &req, Responder &out) {
+    const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
+    const AgentCardOptions &o = s_.card->options;
+    CardRequest how;
+    how.host = req.head.get("Host", empty);
+    if (!how.host.empty()) {
+      describe_local(req.local, how);
+      if (!host_names_this_server(o, how)) {
+        out.reply(http_error_reply(
+            421, "Host " + in_quotes(how.host) +
+                     " does not name this server: add it to a2a.allowed_hosts (--allowed-host), or \"*\" to "
+                     "accept any Host (refused so that a web page on a rebound DNS name cannot reach the API)"));
+        return 421;
+      }
+    }
+    const std::string &origin = req.head.get("Origin", empty);
+    if (!origin_allowed(o, origin, how.host)) {
+      out.reply(http_error_reply(403, "cross-site request from Origin " + in_quotes(origin) +
+                                          " refused: add it to a2a.allowed_origins (--allowed-origin) to let "
+                                          "that site's pages call this API"));
+      return 403;
+    }
+    return 0;
+  }
+
   // Bearer authentication; on failure the 401 is sent and false returned.
   bool authenticate(HttpRequest &req, Responder &out, std::string &principal) {
     if (!s_.auth->enabled()) return true;
@@ -217,12 +257,11 @@ class Router {
                       "use JSON-RPC: POST /)",
                   "A2A-Version"},
           b.answer);
-    } else if (req.has_body && !json_content_type(req)) {
-      status = write_rest_error(Failure{rpc_code::kContentTypeNotSupported,
-                                        "Content-Type '" + req.head.getContentType().substr(0, 100) +
-                                            "' is not supported; send application/json",
-                                        "Content-Type"},
-                                b.answer);
+    } else if ((req.has_body || !req.head.getContentType().empty()) && !json_content_type(req)) {
+      // A body must be labelled JSON, and so must a POST that labels its
+      // empty body at all (a cross-site form posts one).
+      status = write_rest_error(
+          Failure{rpc_code::kContentTypeNotSupported, content_type_refusal(req), "Content-Type"}, b.answer);
     } else {
       CallContext call;
       call.principal = principal;
@@ -271,6 +310,10 @@ class Router {
 
   int rpc(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal) {
     if (!authenticate(req, out, principal)) return 401;
+    if (!json_content_type(req)) {
+      out.reply(http_error_reply(415, content_type_refusal(req)));
+      return 415;
+    }
     const std::string version = a2a_version_of(req, query_of(req.head.getURI()));
     std::optional<StreamPlan> plan;
     bool is_stream = false;

@@ -138,6 +138,55 @@ bool is_allowed_host(std::string_view host, const std::vector<std::string> &allo
   return false;
 }
 
+namespace {
+
+// The Host rule of card_url's step 3: an allowed host, this connection's
+// own address, or a loopback name on a loopback connection. `own` tells
+// which of them matched.
+bool host_is_ours(const AgentCardOptions &options, const CardRequest &request, std::string_view h, bool &own) {
+  own = false;
+  std::string_view name, port;
+  if (!valid_host(h) || !split_host(h, name, port)) return false;
+  own = !request.local_addr.empty() && same_text(name, request.local_addr) &&
+        port_number(port, 80) == request.local_port;
+  return own || is_allowed_host(h, options.allowed_hosts, 80) || (request.loopback && loopback_name(name));
+}
+
+// "host[:port]" of an http(s) URL ("" when it has none).
+std::string_view authority_of(std::string_view url) {
+  const std::size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return {};
+  url.remove_prefix(scheme_end + 3);
+  return url.substr(0, url.find_first_of("/?#"));
+}
+
+}  // namespace
+
+bool host_names_this_server(const AgentCardOptions &options, const CardRequest &request) {
+  for (const std::string &h : options.allowed_hosts)
+    if (h == "*") return true;
+  const std::string_view h = trim(request.host);
+  bool own = false;
+  if (host_is_ours(options, request, h, own)) return true;
+  // public_url's host, at its port (the scheme's default when it has none).
+  const std::string_view pub = authority_of(options.public_url);
+  std::string_view pub_name, pub_port;
+  if (pub.empty() || !split_host(pub, pub_name, pub_port)) return false;
+  const uint16_t default_port = options.public_url.compare(0, 8, "https://") == 0 ? 443 : 80;
+  const std::string entry = std::string(pub_name) + ":" + std::to_string(port_number(pub_port, default_port));
+  return is_allowed_host(h, {entry}, default_port);
+}
+
+bool origin_allowed(const AgentCardOptions &options, std::string_view origin, std::string_view host) {
+  origin = trim(origin);
+  if (origin.empty()) return true;
+  for (const std::string &o : options.allowed_origins)
+    if (o == "*" || same_text(o, origin)) return true;
+  if (origin == "null") return false;
+  const std::string_view authority = authority_of(origin);
+  return !authority.empty() && same_text(authority, trim(host));
+}
+
 std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback) {
   if (!options.public_url.empty()) return options.public_url;
   std::string scheme = "http";

@@ -88,6 +88,23 @@ std::string card_etag(std::string_view card_json);
 /// or malformed value matches nothing (the full answer is sent).
 bool if_none_match(std::string_view field, std::string_view etag);
 
+/// Whether the request's Host names this server, by the rule card_url
+/// takes a Host by (step 3: an entry of options.allowed_hosts, this
+/// connection's own local ADDR:PORT, a loopback name on a loopback
+/// connection) or public_url's host and port; always true when
+/// options.allowed_hosts holds "*". The bindings refuse API requests
+/// without it (421): a web page whose DNS name was rebound to this server
+/// sends its own name as Host.
+bool host_names_this_server(const AgentCardOptions &options, const CardRequest &request);
+
+/// Whether a request with Origin `origin` (RFC 6454 serialization; "" =
+/// none) may call the API: no Origin (not a browser, or a same-origin GET),
+/// an origin whose host[:port] is the request's Host (same origin; the
+/// scheme is not compared, a TLS proxy may be in front), or an entry of
+/// options.allowed_origins ("*" = any), compared without case. "null" (a
+/// sandboxed page, a file) is allowed only through "*".
+bool origin_allowed(const AgentCardOptions &options, std::string_view origin, std::string_view host);
+
 /// Whether `host` ("name" or "name:port", "[v6]" or "[v6]:port", as in a
 /// Host header) matches one of `allowed`: the names compare without case;
 /// an entry without a port matches any port, an entry with one matches

@@ -1,0 +1,142 @@
+// Requests from web pages (issue 19 item 4): with authentication off (the
+// default on 127.0.0.1) a page on any site could cancel a Task blind with a
+// "simple" cross-site POST (text/plain, a form, or no Content-Type: no
+// preflight), and a page on a DNS name rebound to 127.0.0.1 could read the
+// Task list. API requests now need a JSON Content-Type for a body, a Host
+// that names this server, and no foreign Origin; the card stays public.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "server_test_support.hpp"
+
+using namespace tnxtest;
+
+namespace {
+
+// A raw request: `head` lines after the request line, then the body.
+HttpResponse send(int port, const std::string &line, const std::string &head, const std::string &body = {}) {
+  Connection c(port);
+  std::string req = line + " HTTP/1.1\r\n" + head;
+  if (!body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  c.send_raw(req + "\r\n" + body);
+  return c.read_response(5000ms);
+}
+
+std::string cancel_body(const std::string &id) {
+  return R"({"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":)" + q(id) + "}}";
+}
+
+}  // namespace
+
+TEST_CASE("a body must be labelled JSON: text/plain, forms and no Content-Type are refused 415, nothing done") {
+  auto o = test_options();
+  o.agent = "approval";
+  auto server = toolnexus::serve(o);
+  const int port = port_of(server.url());
+  Client c(server.url());
+  const std::string id = task_id(c.send("deploy 3.0"));
+  c.wait_settled(id);
+  for (const std::string &ct : std::vector<std::string>{"Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
+                               "Content-Type: multipart/form-data; boundary=x\r\n", std::string()}) {
+    CAPTURE(ct);
+    HttpResponse r = send(port, "POST /", "Host: 127.0.0.1\r\n" + ct, cancel_body(id));
+    CHECK(r.status == 415);
+    CHECK(r.body.find("send Content-Type: application/json") != std::string::npos);
+    // HTTP+JSON: a labelled empty body too (a cross-site form posts one).
+    if (!ct.empty())
+      CHECK(send(port, "POST /tasks/" + id + ":cancel", "Host: 127.0.0.1\r\n" + ct, "x=1").status == 415);
+  }
+  CHECK(state_of(c.call("GetTask", R"({"id":)" + q(id) + "}")) == "input-required");
+  // JSON in either spelling, with parameters, is served.
+  for (const std::string &ct : std::vector<std::string>{"application/json", "application/a2a+json", "Application/JSON; charset=utf-8"}) {
+    CAPTURE(ct);
+    HttpResponse r = send(port, "POST /", "Host: 127.0.0.1\r\nContent-Type: " + ct + "\r\n",
+                          R"({"jsonrpc":"2.0","id":2,"method":"ListTasks","params":{}})");
+    CHECK(r.status == 200);
+  }
+  // An HTTP+JSON POST without a body or a Content-Type is fine (curl -X POST).
+  CHECK(send(port, "POST /tasks/" + id + ":cancel", "Host: 127.0.0.1\r\n").status == 200);
+}
+
+TEST_CASE("DNS rebinding: an API request whose Host does not name this server is refused 421; the card is served") {
+  auto o = test_options();
+  SUBCASE("by default") {
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string list = R"({"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}})";
+    for (const std::string &host : std::vector<std::string>{"evil.example", "evil.example:" + std::to_string(port), "localhost.evil.example",
+                                   "127.0.0.1.evil.example"}) {
+      CAPTURE(host);
+      HttpResponse rpc = send(port, "POST /", "Host: " + host + "\r\nContent-Type: application/json\r\n", list);
+      CHECK(rpc.status == 421);
+      CHECK(rpc.body.find("does not name this server") != std::string::npos);
+      CHECK(send(port, "GET /tasks", "Host: " + host + "\r\nA2A-Version: 1.0\r\n").status == 421);
+      CHECK(send(port, "GET /tasks/x:subscribe", "Host: " + host + "\r\n").status == 421);
+      // The card is public; its url never follows a foreign Host.
+      HttpResponse card = send(port, "GET /.well-known/agent-card.json", "Host: " + host + "\r\n");
+      CHECK(card.status == 200);
+      CHECK(std::string(parse(card.body)["url"].GetString()) == server.url());
+    }
+    // This server's own address and loopback names (over loopback) are served.
+    for (const std::string &host : std::vector<std::string>{"127.0.0.1:" + std::to_string(port), "127.0.0.1", "localhost:8080", "[::1]:9",
+                                   "LOCALHOST"}) {
+      CAPTURE(host);
+      CHECK(send(port, "GET /tasks", "Host: " + host + "\r\nA2A-Version: 1.0\r\n").status == 200);
+    }
+  }
+  SUBCASE("a2a.allowed_hosts names more; \"*\" turns the check off") {
+    o.card.allowed_hosts = {"agents.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: Agents.Example.COM:443\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: evil.example\r\n").status == 421);
+    o.card.allowed_hosts = {"*"};
+    auto open = toolnexus::serve(o);
+    CHECK(send(port_of(open.url()), "GET /tasks", "Host: evil.example\r\n").status == 200);
+  }
+  SUBCASE("public_url's host is this server's") {
+    o.card.public_url = "https://agents.example.com/a2a/";
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com:443\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com:8443\r\n").status == 421);
+  }
+}
+
+TEST_CASE("cross-site requests: a foreign Origin is refused 403; this server's own and allowed origins are served") {
+  auto o = test_options();
+  o.agent = "approval";
+  SUBCASE("by default") {
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    Client c(server.url());
+    const std::string id = task_id(c.send("deploy 3.1"));
+    c.wait_settled(id);
+    const std::string json = "Content-Type: application/json\r\n";
+    for (const std::string &origin : std::vector<std::string>{"https://evil.example", "http://evil.example:" + std::to_string(port), "null",
+                                     "http://127.0.0.1:1"}) {
+      CAPTURE(origin);
+      HttpResponse r = send(port, "POST /", "Host: 127.0.0.1:" + std::to_string(port) + "\r\n" + json +
+                                                "Origin: " + origin + "\r\n",
+                            cancel_body(id));
+      CHECK(r.status == 403);
+      CHECK(r.body.find("cross-site request from Origin") != std::string::npos);
+      CHECK(send(port, "POST /tasks/" + id + ":cancel",
+                 "Host: 127.0.0.1:" + std::to_string(port) + "\r\nOrigin: " + origin + "\r\n")
+                .status == 403);
+    }
+    CHECK(state_of(c.call("GetTask", R"({"id":)" + q(id) + "}")) == "input-required");
+    // Same origin (a page this server served, e.g. a console): served.
+    HttpResponse same = send(port, "GET /tasks",
+                             "Host: 127.0.0.1:" + std::to_string(port) + "\r\nOrigin: http://127.0.0.1:" +
+                                 std::to_string(port) + "\r\n");
+    CHECK(same.status == 200);
+  }
+  SUBCASE("a2a.allowed_origins") {
+    o.card.allowed_origins = {"https://console.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://console.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\n").status == 403);
+  }
+}
