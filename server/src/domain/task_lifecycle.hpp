@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -262,6 +263,7 @@ class TaskLifecycle {
   bool stopping() const noexcept { return stopping_.load(); }
 
  private:
+  class RunProgress;
   struct ActiveTask {
     std::atomic<bool> cancel{false};
     std::atomic<int64_t> lease_written_us{0};
@@ -277,8 +279,10 @@ class TaskLifecycle {
     std::atomic<bool> stored{true};
     std::mutex unsaved_mu;
     std::optional<Snapshot> unsaved;
+    /// The run's progress while its executor runs (under active_mu_), for
+    /// flush_progress().
+    std::shared_ptr<RunProgress> progress;
   };
-  class RunProgress;
   struct WorkItem {
     std::string id;
     std::shared_ptr<ActiveTask> active;
@@ -319,6 +323,11 @@ class TaskLifecycle {
   static void mark_stored(ActiveTask &active);
   void fail_unstarted(WorkItem &item, const char *why);
   bool settle_one(TaskRecord &rec);
+  /// A progress report is held until `when`: the renewer wakes then
+  /// (flush_progress) unless it is due to wake sooner. Thread-safe.
+  void flush_at(std::chrono::steady_clock::time_point when);
+  /// Saves the held progress reports that are due (the renewer's thread).
+  void flush_progress();
   void renewer_loop();
   void settler_loop();
   void set_lease(Task &task, int64_t expires_us) const;
@@ -356,6 +365,9 @@ class TaskLifecycle {
   std::mutex maint_mu_;
   std::condition_variable maint_cv_;
   bool stop_maintenance_ = false;
+  /// When the renewer next flushes held progress (steady_clock ticks;
+  /// max = nothing held).
+  std::atomic<int64_t> next_flush_{std::numeric_limits<int64_t>::max()};
   std::thread renewer_;
   std::thread settler_;
 
