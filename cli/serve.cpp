@@ -94,6 +94,10 @@ options (flags override the config file):
                            lasting longer save "working" (default 100)
   --echo-chunk-delay-ms MS pause between the chunks of the echo agent's reply
                            (default 0)
+  --drain-timeout-ms MS    on SIGTERM/SIGINT, how long running Tasks may take
+                           to finish; their streams stay open meanwhile, and
+                           end with a frame saying to resubscribe elsewhere
+                           if the Task outlives it (default 10000)
   --allow-push-target CIDR let push notifications reach this range although
                            it is loopback/private (repeatable; "*" = any)
   --no-push                turn push notifications off (card: false; the
@@ -128,7 +132,7 @@ config file:
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
             "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
             "max_configs_per_task": 10},
-   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0,
+   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0, "drain_timeout_ms": 10000,
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
            "api_key_env": "OPENAI_API_KEY", "system_prompt": "...",
            "timeout_ms": 60000, "max_retries": 3, "retry_initial_ms": 500,
@@ -225,7 +229,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
                {"listen", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level", "workers",
-                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
+                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
+                "drain_timeout_ms"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -248,6 +253,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     o.progress_interval_ms = to_int(*v);
   if (auto v = config_int(c, root, "echo_chunk_delay_ms", "echo_chunk_delay_ms", 0, 3600000))
     o.echo_chunk_delay_ms = to_int(*v);
+  if (auto v = config_int(c, root, "drain_timeout_ms", "drain_timeout_ms", 0, 3600000))
+    o.drain_timeout_ms = to_int(*v);
   if (const rapidjson::Value *pu = member(root, "push")) {
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
@@ -468,6 +475,7 @@ int run_serve(int argc, char **argv) {
       else if (a == "--stream-poll-ms") o.streams.poll_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--progress-interval-ms") o.progress_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--echo-chunk-delay-ms") o.echo_chunk_delay_ms = to_int(parse_int(a, next(), 0, kMaxMs));
+      else if (a == "--drain-timeout-ms") o.drain_timeout_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else if (a == "--allow-push-target") o.push.allow_targets.push_back(next());
       else if (a == "--no-push") o.push.enabled = false;
       else throw UsageError("unknown option '" + a + "'");

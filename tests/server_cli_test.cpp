@@ -443,3 +443,107 @@ TEST_CASE("subscribe after a restart: the parked Task's snapshot, then its run o
   CHECK(std::string(done["result"]["status"]["state"].GetString()) == "completed");
   CHECK(done["result"]["final"].GetBool());
 }
+
+namespace {
+
+// The v1.0 state of a StreamResponse frame ("" when it has none).
+std::string frame_state(const SseEvent &e) {
+  auto d = parse(e.data);
+  if (!d.HasMember("result")) return "";
+  const auto &r = d["result"];
+  if (r.HasMember("statusUpdate")) return r["statusUpdate"]["status"]["state"].GetString();
+  if (r.HasMember("task")) return r["task"]["status"]["state"].GetString();
+  return "";
+}
+
+// A v1.0 SendStreamingMessage with one text part, as request bytes.
+std::string stream_request(const std::string &text) {
+  return rpc_request("SendStreamingMessage",
+                     R"({"message":{"role":"ROLE_USER","messageId":"d1","parts":[{"text":)" + q(text) + "}]}}", "7",
+                     "A2A-Version: 1.0\r\n");
+}
+
+// Checks that `e` is the frame a stopping server ends a stream with: retry,
+// event: error, a JSON-RPC error naming the Task and the Last-Event-ID to
+// resubscribe with.
+void check_reconnect_frame(const SseEvent &e, const std::string &task, const std::string &last_id) {
+  CHECK(e.event == "error");
+  CHECK(e.retry == "1000");
+  auto d = parse(e.data);
+  REQUIRE_MESSAGE(d.HasMember("error"), e.data);
+  CHECK(d["id"].GetInt() == 7);
+  CHECK(d["error"]["code"].GetInt() == -32603);
+  CHECK(std::string(d["error"]["message"].GetString()).find("Last-Event-ID: " + last_id) != std::string::npos);
+  const auto &md = d["error"]["data"][0]["metadata"];
+  CHECK(std::string(md["taskId"].GetString()) == task);
+  CHECK(std::string(md["lastEventId"].GetString()) == last_id);
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM mid-Task: the Task's stream stays open through the drain and ends with the Task's last event") {
+  TempDir dir;
+  Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--echo-chunk-delay-ms", "400"});
+  const std::string url = url_from(a.first_stdout_line());
+  Connection conn(port_of(url));
+  SseReader sse(conn, stream_request("one two three four"));
+  std::vector<SseEvent> events;
+  while (events.size() < 3) {  // the Task, working, the first chunk
+    auto e = sse.next(5000ms);
+    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+    events.push_back(*e);
+  }
+  REQUIRE(::kill(a.pid, SIGTERM) == 0);
+  // The run goes on for about another 1.2 s; the stream with it.
+  for (auto &e : sse.rest(10000ms)) events.push_back(e);
+  CHECK(sse.ended());
+  REQUIRE(!events.empty());
+  CHECK(events.back().event.empty());
+  CHECK(frame_state(events.back()) == "TASK_STATE_COMPLETED");
+  std::size_t chunks = 0;
+  for (const auto &e : events) chunks += e.data.find("artifactUpdate") != std::string::npos ? 1 : 0;
+  CHECK(chunks == 4);
+  const int st = a.wait_exit(10000ms);
+  CHECK((st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
+TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain, ends with a reconnect frame") {
+  TempDir dir;
+  SUBCASE("a parked Task's stream ends at once") {
+    Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--agent", "approval"});
+    const std::string url = url_from(a.first_stdout_line());
+    Client c(url);
+    const std::string task = task_id(c.send("ship it"));
+    REQUIRE(state_of(c.wait_settled(task)) == "input-required");
+    Connection conn(port_of(url));
+    SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "7", "A2A-Version: 1.0\r\n"));
+    auto snap = sse.next();
+    REQUIRE(snap);
+    REQUIRE(::kill(a.pid, SIGTERM) == 0);
+    auto rest = sse.rest(5000ms);
+    CHECK(sse.ended());
+    REQUIRE(rest.size() == 1);
+    check_reconnect_frame(rest[0], task, snap->id);
+    CHECK(a.wait_exit(10000ms) != -1);
+  }
+  SUBCASE("a Task running past --drain-timeout-ms") {
+    Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--echo-chunk-delay-ms", "5000",
+             "--drain-timeout-ms", "300"});
+    const std::string url = url_from(a.first_stdout_line());
+    Connection conn(port_of(url));
+    SseReader sse(conn, stream_request("one two three four"));
+    std::vector<SseEvent> events;
+    while (events.size() < 3) {
+      auto e = sse.next(5000ms);
+      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+      events.push_back(*e);
+    }
+    const std::string task = parse(events[0].data)["result"]["task"]["id"].GetString();
+    REQUIRE(::kill(a.pid, SIGTERM) == 0);
+    auto rest = sse.rest(10000ms);
+    CHECK(sse.ended());
+    REQUIRE(!rest.empty());
+    check_reconnect_frame(rest.back(), task, events.back().id);
+    CHECK(a.wait_exit(10000ms) != -1);
+  }
+}

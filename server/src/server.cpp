@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <mutex>
 #include <stdexcept>
@@ -41,6 +42,9 @@ namespace {
 // (file: 1,552 -> 3,308 req/s, sqlite: 3,010 -> 4,969 on a journaled ext4);
 // 4 serve a memory store, whose runs use the CPU.
 unsigned default_workers(const StoreInfo &info) { return (info.capabilities & TNX_CAP_DURABLE) != 0 ? 64 : 4; }
+// At stop, after the drain: how long requests and streams get at least to
+// write their last bytes (a stream's reconnect frame), in ms.
+constexpr int64_t kLastWordsMs = 1000;
 }  // namespace
 
 struct ServerHandle::Impl {
@@ -62,9 +66,27 @@ struct ServerHandle::Impl {
 
   void stop() {
     std::call_once(stop_once, [this] {
-      // Blocking SendMessage waits return now, so requests in progress end.
+      using Clock = std::chrono::steady_clock;
+      const auto deadline = Clock::now() + std::chrono::milliseconds(drain_timeout_ms);
+      // No new connections; idle ones close; streams stay open.
+      if (http) http->begin_stop();
+      // No new Tasks; blocking SendMessage waits return now, so requests in
+      // progress end.
       if (lifecycle) lifecycle->begin_stop();
-      if (http) http->stop(drain_timeout_ms);
+      // The drain: streams of Tasks running here stay open until their Task
+      // ends (and end as usual) or the drain timeout passes; every other
+      // stream, and those left at the timeout, end with a frame telling the
+      // client to resubscribe elsewhere (never a silent end).
+      if (watch && lifecycle) {
+        TaskLifecycle *lc = lifecycle.get();
+        watch->begin_drain([lc](const std::string &id) { return lc->running_here(id); });
+        lifecycle->wait_idle(deadline);
+        watch->end_drain();
+      }
+      // Requests and streams finish; at least a moment to write the last
+      // frames even when the drain used all of its time.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (http) http->stop(static_cast<int>(std::max<int64_t>(left, kLastWordsMs)));
       if (lifecycle) lifecycle->stop();
       if (push) push->stop();
       if (watch) watch->stop();

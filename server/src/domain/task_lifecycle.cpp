@@ -175,12 +175,24 @@ void TaskLifecycle::start() {
 
 void TaskLifecycle::begin_stop() {
   stopping_ = true;
-  // Blocking waits return now, so requests in progress end.
-  watch_.stop();
+  // Blocking waits return now, so requests in progress end; streams go on
+  // (the server's stop drains them, see TaskWatch::begin_drain).
+  watch_.release_waiters();
   {
     std::lock_guard<std::mutex> lock(queue_mu_);  // a worker checks stopping_ under it
   }
   slot_cv_.notify_all();
+}
+
+bool TaskLifecycle::wait_idle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return running_ == 0; });
+}
+
+bool TaskLifecycle::running_here(const std::string &id) {
+  std::lock_guard<std::mutex> lock(active_mu_);
+  auto it = active_.find(id);
+  return it != active_.end() && it->second->started_us.load() != 0;
 }
 
 void TaskLifecycle::stop() {
@@ -600,6 +612,9 @@ void TaskLifecycle::run_claimed(WorkItem &item) {
     fail_after_error(item.id, item.active, "unknown error");
   }
   unregister_active(item.id, item.active);
+  // Stopping: the Task's streams were kept open while it ran here
+  // (running_here); now they are looked at again.
+  if (stopping_.load()) watch_.poke(item.id);
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     --running_;

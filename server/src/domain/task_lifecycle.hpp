@@ -146,9 +146,18 @@ class TaskLifecycle {
   /// sweep runs at once).
   void start();
 
-  /// First step of stopping: refuses new Tasks and makes blocking waits
-  /// return at once. Idempotent.
+  /// First step of stopping: refuses new Tasks, starts no queued one, and
+  /// makes blocking waits return at once (TaskWatch::release_waiters;
+  /// streams go on). Idempotent.
   void begin_stop();
+
+  /// After begin_stop(): waits until no run is in progress (the runs
+  /// started here have ended) or `deadline` passes; true when none is.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+
+  /// Whether Task `id` is being run by an executor of this server now
+  /// (started, not yet ended). Thread-safe, cheap.
+  bool running_here(const std::string &id);
 
   /// Stops: no new Tasks; running executors get drain_timeout_ms (then
   /// cancel_requested is set); Tasks still queued are failed ("the server
