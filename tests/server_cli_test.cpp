@@ -547,3 +547,76 @@ TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain,
     CHECK(a.wait_exit(10000ms) != -1);
   }
 }
+
+namespace {
+
+// The instance id a server logged at start ("..., instance ID ...").
+std::string logged_instance(Child &c) {
+  const auto deadline = Clock::now() + 5000ms;
+  static const std::regex re(R"(instance ([0-9a-f-]{36}))");
+  std::smatch m;
+  while (!std::regex_search(c.err_buf, m, re) && Clock::now() < deadline) c.pump(50);
+  REQUIRE_MESSAGE(std::regex_search(c.err_buf, m, re), "no instance id logged: " << c.err_buf);
+  return m[1];
+}
+
+std::vector<std::string> restart_args(const std::string &store) {
+  // A lease of a minute: a settle by lease expiry would come far too late.
+  return {"serve", "--listen", "127.0.0.1:0", "--store", store, "--echo-chunk-delay-ms", "1500",
+          "--progress-interval-ms", "1", "--lease-ms", "60000", "--lease-renew-ms", "1000", "--settle-interval-ms",
+          "60000", "--stream-poll-ms", "50"};
+}
+
+}  // namespace
+
+TEST_CASE("a server restarted after SIGKILL is the same instance and settles what it left running at once") {
+  TempDir dir;
+  const std::string store = "file:" + dir.str();
+  std::vector<SseEvent> before;
+  std::string task, first_id;
+  {
+    Child a(restart_args(store));
+    Connection conn(port_of(url_from(a.first_stdout_line())));
+    first_id = logged_instance(a);
+    SseReader sse(conn, stream_request("one two three four"));
+    while (before.size() < 3) {
+      auto e = sse.next(5000ms);
+      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+      before.push_back(*e);
+    }
+    task = parse(before[0].data)["result"]["task"]["id"].GetString();
+    ::kill(a.pid, SIGKILL);
+    a.wait_exit();
+  }
+  Child b(restart_args(store));
+  const std::string url = url_from(b.first_stdout_line());
+  CHECK(logged_instance(b) == first_id);  // kept in the store's directory
+  Connection conn(port_of(url));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "2",
+                                  "A2A-Version: 1.0\r\nLast-Event-ID: " + before.back().id + "\r\n"));
+  REQUIRE(sse.status() == 200);
+  // Not one lease (a minute) later: at once.
+  const std::vector<SseEvent> after = sse.rest(10000ms);
+  CHECK(sse.ended());
+  REQUIRE(!after.empty());
+  CHECK(std::stoull(after.front().id) == std::stoull(before.back().id) + 1);
+  REQUIRE(frame_state(after.back()) == "TASK_STATE_FAILED");
+  const std::string why =
+      parse(after.back().data)["result"]["statusUpdate"]["status"]["message"]["parts"][0]["text"].GetString();
+  CHECK(why.find("restarted while the Task was running") != std::string::npos);
+
+  // A replica on the same store is another instance, and a restart of b
+  // never settles the replica's running Task.
+  Child c(restart_args(store));
+  Client cc(url_from(c.first_stdout_line()));
+  CHECK(logged_instance(c) != first_id);
+  const std::string running = task_id(cc.send("five six seven eight"));
+  ::kill(b.pid, SIGKILL);
+  b.wait_exit();
+  Child b2(restart_args(store));
+  Client cb(url_from(b2.first_stdout_line()));
+  CHECK(logged_instance(b2) == first_id);
+  auto done = cc.wait_settled(running, 15000ms);
+  CHECK(state_of(done) == "completed");
+  CHECK(artifact_text(done["result"]) == "five six seven eight");
+}

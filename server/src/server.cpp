@@ -8,6 +8,7 @@
 #include "bindings/http.hpp"
 #include "common/log.hpp"
 #include "delivery/push.hpp"
+#include "domain/instance_id.hpp"
 #include "domain/task_lifecycle.hpp"
 #include "domain/task_watch.hpp"
 #include "common/util.hpp"
@@ -48,6 +49,8 @@ constexpr int64_t kLastWordsMs = 1000;
 }  // namespace
 
 struct ServerHandle::Impl {
+  /// The instance identity held (destroyed last: held until all is stopped).
+  std::unique_ptr<InstanceClaim> identity;
   std::unique_ptr<Logger> log;
   std::shared_ptr<TaskStore> store;
   bool owns_store = false;
@@ -182,6 +185,15 @@ ServerHandle serve(ServerOptions o) {
     impl->store = resolve_store(o.store.selector);
     impl->owns_store = true;
   }
+  // The instance id: configured, kept on disk, or new.
+  if (o.instance_id.empty() && o.instance_file != "-") {
+    const std::string base = o.instance_file.empty() && !o.store.store ? default_instance_base(o.store.selector)
+                                                                       : o.instance_file;
+    if (!base.empty()) {
+      impl->identity = std::make_unique<InstanceClaim>(base);
+      o.instance_id = impl->identity->id();
+    }
+  }
 
   // A peer that disconnects mid-response must not kill the process.
   if (std::signal(SIGPIPE, SIG_IGN) == SIG_ERR) impl->log->warn("could not ignore SIGPIPE");
@@ -260,7 +272,9 @@ ServerHandle serve(ServerOptions o) {
   impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +
                   (info.plugin_name.empty() ? std::string() : " via " + info.plugin_name) + " [" +
                   capability_names(info.capabilities) + "], agent " +
-                  executor->name() + ", instance " + impl->instance_id + " on " + host_name() + " pid " +
+                  executor->name() + ", instance " + impl->instance_id +
+                  (impl->identity ? " kept in " + impl->identity->path() : std::string()) + " on " + host_name() +
+                  " pid " +
                   std::to_string(::getpid()) +
                   (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
   if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)

@@ -186,7 +186,10 @@ struct ServerLimits {
 /// submitted/working records metadata["toolnexus/lease"] =
 /// {"instance", "expiresAt"} (the server logs its instance id with its host
 /// and pid at start; clients see only the id); the instance renews it while the
-/// Task runs; any server settles (fails) Tasks whose lease expired.
+/// Task runs; any server settles (fails) Tasks whose lease expired. A server
+/// also settles at once, at start, the Tasks leased by its own instance id
+/// before it started (it crashed or was killed while they ran; see
+/// ServerOptions::instance_file), without waiting for the lease to expire.
 struct LeaseOptions {
   /// Lease length.
   int lease_ms = 30000;
@@ -300,9 +303,23 @@ struct ServerOptions {
   LogLevel log_level = LogLevel::info;
   /// Where log lines go (default: stderr, one line each).
   LogSink log_sink;
-  /// This server's instance id in leases ("" = a new UUID). Must be unique
-  /// among servers sharing a store.
+  /// This server's instance id in leases. Must be unique among servers
+  /// sharing a store (and the same across restarts of one server, for the
+  /// restart to settle what it left: see instance_file). "" = the id kept in
+  /// instance_file, or a new UUID when there is no such file.
   std::string instance_id;
+  /// Where the instance id is kept across restarts when instance_id is "":
+  /// files "<instance_file>-0", "-1", ..., each holding one id; the server
+  /// takes the first one no running server holds (an OFD lock held while it
+  /// runs, dropped by the kernel however the process ends), creating it
+  /// when missing. So replicas on one store get different ids, and a server
+  /// restarted after a crash gets its own back and settles the Tasks it
+  /// left running at once (see LeaseOptions). "" = derived from the store
+  /// selector: file:DIR -> DIR/.toolnexus-instance, sqlite:PATH ->
+  /// PATH.toolnexus-instance, none for other stores; "-" = none (a new UUID
+  /// each start). A file that cannot be created or locked stops serve()
+  /// (std::runtime_error naming it).
+  std::string instance_file;
 };
 
 /// What a running server holds right now.

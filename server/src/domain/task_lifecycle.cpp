@@ -148,6 +148,7 @@ TaskLifecycle::TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<A
     : store_(std::move(store)), executor_(std::move(executor)), options_(std::move(options)), log_(log),
       watch_(watch) {
   if (options_.instance_id.empty()) options_.instance_id = new_uuid();
+  start_us_ = now_us();
   if (options_.workers == 0) options_.workers = 4;
   inline_runs_ = options_.inline_runs && executor_->runs_briefly();
   cas_ = (store_->info().capabilities & TNX_CAP_COMPARE_AND_SET) != 0;
@@ -1114,6 +1115,17 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
   std::string where;  // host and pid of an old-style lease, for the log only
   auto abandoned = [this, &where](const Task &task, const std::string &id, int64_t now, std::string &why) {
     const Lease l = read_lease(task);
+    if (l.present && l.instance == options_.instance_id && !is_active(id) && l.expires_us != kNoTime &&
+        l.expires_us < start_us_ + int64_t{options_.lease_ms} * 1000 && l.expires_us > now) {
+      // This instance's lease, written before this process started (every
+      // lease written since expires later): the process that held it ended
+      // with the Task running. Its own restart settles it now, rather than
+      // after the lease.
+      why = "The server that ran this Task stopped before finishing it: instance '" + l.instance +
+            "' restarted while the Task was running (its lease was to expire at " + l.expires_text +
+            "). Settled by the same instance at its restart.";
+      return true;
+    }
     if (l.present) {
       if (l.instance == options_.instance_id && is_active(id)) return false;
       if (l.expires_us != kNoTime && l.expires_us > now) return false;

@@ -238,7 +238,10 @@ class TaskLifecycle {
                 const std::function<bool(Task &)> &edit);
 
   /// One sweep: fails every submitted/working Task whose lease expired
-  /// (and that is not running here). Returns how many were settled.
+  /// (and that is not running here), and every one leased by this instance
+  /// id before this lifecycle was made (an earlier process of the same
+  /// instance, since ended; see ServerOptions::instance_file), at once.
+  /// Returns how many were settled.
   std::size_t settle_expired();
 
   /// Renews the leases of this instance's Tasks that are due, and re-reads
@@ -381,6 +384,10 @@ class TaskLifecycle {
   std::thread settler_;
 
   std::atomic<bool> stopping_{false};
+  /// When this lifecycle was made (now_us()): a lease of this instance that
+  /// expires before start_us_ + lease_ms was written by an earlier process
+  /// of the same instance (see settle_one).
+  int64_t start_us_ = 0;
   std::once_flag stop_once_;
   bool started_ = false;
 };
