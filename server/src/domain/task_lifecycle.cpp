@@ -1253,10 +1253,11 @@ void TaskLifecycle::renewer_loop() {
       continue;  // woken early (a sooner report, a stop) or on time: look again
     }
     const bool renew = Clock::now() >= next_tick;
+    const bool flush_due = flush <= Clock::now();
     lock.unlock();
     try {
       if (renew) renew_due();
-      flush_progress();
+      if (flush_due) flush_progress();
     } catch (const std::exception &e) {
       log_.error(std::string("lease renewal failed: ") + e.what());
     }
