@@ -297,7 +297,11 @@ struct ServerOptions {
   int progress_interval_ms = 100;
   /// The built-in echo agent's pause between the chunks of its reply.
   int echo_chunk_delay_ms = 0;
-  /// On stop, how long running executors may take to finish.
+  /// On stop, how long running executors may take to finish. The SSE
+  /// streams of their Tasks stay open meanwhile and end with the Task; a
+  /// stream whose Task does not run here, or outlives this, ends with a
+  /// frame telling the client to resubscribe elsewhere (docs/streaming.md,
+  /// "Server stop").
   int drain_timeout_ms = 10000;
   /// Lines below this level are not written (errors always are).
   LogLevel log_level = LogLevel::info;
@@ -354,9 +358,11 @@ class ServerHandle {
   /// a moment's picture).
   ServerStats stats() const;
   /// Stops accepting connections, lets in-flight requests and saves finish
-  /// (executors get drain_timeout_ms), fails Tasks still queued ("the server
-  /// stopped before running it"), then closes the store if the server opened
-  /// it. Errors while closing are logged, not thrown.
+  /// (executors get drain_timeout_ms; the streams of their Tasks stay open
+  /// until the Task ends, every other stream, and those left when the drain
+  /// timeout passes, end with a reconnect frame), fails Tasks still queued
+  /// ("the server stopped before running it"), then closes the store if the
+  /// server opened it. Errors while closing are logged, not thrown.
   void stop();
 
   /// Internal: the running server's parts (server/src/server.cpp).
