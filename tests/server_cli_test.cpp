@@ -515,15 +515,36 @@ TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain,
     Client c(url);
     const std::string task = task_id(c.send("ship it"));
     REQUIRE(state_of(c.wait_settled(task)) == "input-required");
-    Connection conn(port_of(url));
+    Connection conn(port_of(url)), conn03(port_of(url)), conn_rest(port_of(url));
     SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "7", "A2A-Version: 1.0\r\n"));
+    SseReader sse03(conn03, rpc_request("tasks/resubscribe", R"({"id":)" + q(task) + "}", "8"));
+    SseReader sse_rest(conn_rest, "GET /tasks/" + task + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
     auto snap = sse.next();
     REQUIRE(snap);
+    REQUIRE(sse03.next());
+    REQUIRE(sse_rest.next());
     REQUIRE(::kill(a.pid, SIGTERM) == 0);
     auto rest = sse.rest(5000ms);
     CHECK(sse.ended());
     REQUIRE(rest.size() == 1);
     check_reconnect_frame(rest[0], task, snap->id);
+    // v0.3: the same error, its facts in error.data.
+    auto rest03 = sse03.rest(5000ms);
+    REQUIRE(rest03.size() == 1);
+    CHECK(rest03[0].event == "error");
+    auto e03 = parse(rest03[0].data);
+    CHECK(e03["id"].GetInt() == 8);
+    CHECK(std::string(e03["error"]["data"]["taskId"].GetString()) == task);
+    CHECK(std::string(e03["error"]["data"]["lastEventId"].GetString()) == snap->id);
+    // HTTP+JSON: a google.rpc.Status, 503 UNAVAILABLE.
+    auto rest_rest = sse_rest.rest(5000ms);
+    REQUIRE(rest_rest.size() == 1);
+    CHECK(rest_rest[0].event == "error");
+    CHECK(rest_rest[0].retry == "1000");
+    auto er = parse(rest_rest[0].data);
+    CHECK(er["error"]["code"].GetInt() == 503);
+    CHECK(std::string(er["error"]["status"].GetString()) == "UNAVAILABLE");
+    CHECK(std::string(er["error"]["details"][0]["metadata"]["lastEventId"].GetString()) == snap->id);
     CHECK(a.wait_exit(10000ms) != -1);
   }
   SUBCASE("a Task running past --drain-timeout-ms") {
