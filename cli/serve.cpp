@@ -97,6 +97,19 @@ options (flags override the config file):
                            lasting longer save "working" (default 100)
   --echo-chunk-delay-ms MS pause between the chunks of the echo agent's reply
                            (default 0)
+  --drain-timeout-ms MS    on SIGTERM/SIGINT, how long running Tasks may take
+                           to finish; their streams stay open meanwhile, and
+                           end with a frame saying to resubscribe elsewhere
+                           if the Task outlives it (default 10000)
+  --instance-id ID         this server's instance id in leases (unique among
+                           servers sharing the store; default: the one kept
+                           in the instance file, else a new one)
+  --instance-file PATH     keep the instance id in PATH-0, PATH-1, ... (the
+                           first one no running server holds), so that a
+                           restart settles the Tasks it left running at once;
+                           default: DIR/.toolnexus-instance for file:DIR,
+                           PATH.toolnexus-instance for sqlite:PATH, none
+                           otherwise; "-" = none
   --allow-push-target CIDR let push notifications reach this range although
                            it is loopback/private (repeatable; "*" = any)
   --no-push                turn push notifications off (card: false; the
@@ -131,7 +144,8 @@ config file:
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
             "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
             "max_configs_per_task": 10},
-   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0,
+   "progress_interval_ms": 100, "echo_chunk_delay_ms": 0, "drain_timeout_ms": 10000,
+   "instance_id": "...", "instance_file": "...",
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
            "api_key_env": "OPENAI_API_KEY", "system_prompt": "...",
            "timeout_ms": 60000, "max_retries": 3, "retry_initial_ms": 500,
@@ -139,8 +153,8 @@ config file:
            "tools": [{"name": "authorize", "description": "...",
                       "parameters": {"type": "object", "properties": {}},
                       "approval": true, "result": "authorized"}]}}
-  plugin_dirs, auth_tokens and llm.ca_file are relative to the config file's
-  directory. "llm" is used by --agent llm (see docs/llm-agent.md).
+  plugin_dirs, auth_tokens, instance_file and llm.ca_file are relative to the
+  config file's directory. "llm" is used by --agent llm (see docs/llm-agent.md).
 )";
 
 struct UsageError : std::runtime_error {
@@ -228,7 +242,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
                {"listen", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level", "workers",
-                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm"});
+                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
+                "drain_timeout_ms", "instance_id", "instance_file"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
@@ -251,6 +266,11 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     o.progress_interval_ms = to_int(*v);
   if (auto v = config_int(c, root, "echo_chunk_delay_ms", "echo_chunk_delay_ms", 0, 3600000))
     o.echo_chunk_delay_ms = to_int(*v);
+  if (auto v = config_int(c, root, "drain_timeout_ms", "drain_timeout_ms", 0, 3600000))
+    o.drain_timeout_ms = to_int(*v);
+  if (auto v = config_string(c, root, "instance_id", "instance_id"); !v.empty()) o.instance_id = v;
+  if (auto v = config_string(c, root, "instance_file", "instance_file"); !v.empty())
+    o.instance_file = v == "-" ? v : (c.dir / v).lexically_normal().string();
   if (const rapidjson::Value *pu = member(root, "push")) {
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
@@ -480,6 +500,15 @@ int run_serve(int argc, char **argv) {
       else if (a == "--stream-poll-ms") o.streams.poll_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--progress-interval-ms") o.progress_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--echo-chunk-delay-ms") o.echo_chunk_delay_ms = to_int(parse_int(a, next(), 0, kMaxMs));
+      else if (a == "--drain-timeout-ms") o.drain_timeout_ms = to_int(parse_int(a, next(), 0, kMaxMs));
+      else if (a == "--instance-id") {
+        o.instance_id = next();
+        if (o.instance_id.empty()) throw UsageError("--instance-id needs a non-empty id");
+      }
+      else if (a == "--instance-file") {
+        o.instance_file = next();
+        if (o.instance_file.empty()) throw UsageError("--instance-file needs a path (or - for none)");
+      }
       else if (a == "--allow-push-target") o.push.allow_targets.push_back(next());
       else if (a == "--no-push") o.push.enabled = false;
       else throw UsageError("unknown option '" + a + "'");

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <random>
 #include <sstream>
 
 namespace toolnexus::cli {
@@ -35,6 +36,13 @@ const char *kHelp =
     "                             JSON lines (one Task per line): all saved in one\n"
     "                             transaction where the store allows, else line by line;\n"
     "                             errors name the line\n"
+    "      [--running-as STATE]   a submitted or working Task without a server's lease\n"
+    "                             is refused (exit 2, nothing saved): no server runs it,\n"
+    "                             and a server would fail it (\"stopped before finishing\n"
+    "                             it\") once its status is older than one lease (30 s);\n"
+    "                             --running-as input-required|auth-required|failed|\n"
+    "                             canceled|rejected|completed saves it in STATE instead,\n"
+    "                             with a status message saying so\n"
     "  list SELECTOR [--context-id X] [--state S] [--owner P] [--limit N] [--json]\n"
     "                             newest first: id, state, timestamp, contextId per line\n"
     "                             (--json: one JSON object per line)\n"
@@ -236,6 +244,76 @@ std::string parse_a2a_task(const std::string &text, Task &t) {
   return "";
 }
 
+// Whether `t` is submitted or working without a server's lease
+// (metadata["toolnexus/lease"]): nobody runs it, and a server would settle
+// it to failed once its status is older than one lease.
+bool unheld_running(const Task &t) {
+  const std::string_view state = t.state();
+  if (state != task_state::kSubmitted && state != task_state::kWorking) return false;
+  const auto &doc = t.json();
+  const auto md = doc.FindMember("metadata");
+  if (md == doc.MemberEnd() || !md->value.IsObject()) return true;
+  const auto lease = md->value.FindMember("toolnexus/lease");
+  return lease == md->value.MemberEnd() || !lease->value.IsObject();
+}
+
+// Why `t` is refused without --running-as (see unheld_running).
+std::string unheld_running_why(const Task &t) {
+  return "Task '" + printable(t.id()) + "' is " + std::string(t.state()) +
+         " and no server runs it (it has no server's lease): a server would fail it once its status is older "
+         "than one lease; import it as a state that waits or ends with --running-as STATE (input-required, "
+         "auth-required, failed, canceled, rejected, completed)";
+}
+
+// The states --running-as takes: every one that no server has to run.
+bool valid_running_as(const std::string &s) {
+  return s == task_state::kInputRequired || s == task_state::kAuthRequired || s == task_state::kFailed ||
+         s == task_state::kCanceled || s == task_state::kRejected || s == task_state::kCompleted;
+}
+
+// Moves `t` (unheld_running) to `state`, with an agent status message (also
+// added to its history) that says what was done and why.
+void reset_running(Task &t, const std::string &state) {
+  auto &a = t.allocator();
+  const std::string was(t.state());
+  const std::string text = "Imported by `toolnexus store put --running-as " + state + "` while " + was +
+                           ": no server was running this Task, so it was set to " + state + ".";
+  static const char kHex[] = "0123456789abcdef";
+  std::random_device rd;
+  std::string mid = "import-";
+  for (int i = 0; i < 16; ++i) mid += kHex[rd() & 15];
+  auto make = [&] {
+    rapidjson::Value m(rapidjson::kObjectType);
+    m.AddMember("role", "agent", a);
+    rapidjson::Value parts(rapidjson::kArrayType);
+    rapidjson::Value part(rapidjson::kObjectType);
+    part.AddMember("kind", "text", a);
+    part.AddMember("text", rapidjson::Value(text.c_str(), static_cast<rapidjson::SizeType>(text.size()), a), a);
+    parts.PushBack(part, a);
+    m.AddMember("parts", parts, a);
+    m.AddMember("messageId", rapidjson::Value(mid.c_str(), static_cast<rapidjson::SizeType>(mid.size()), a), a);
+    const std::string id(t.id()), ctx(t.context_id());
+    m.AddMember("taskId", rapidjson::Value(id.c_str(), static_cast<rapidjson::SizeType>(id.size()), a), a);
+    m.AddMember("contextId", rapidjson::Value(ctx.c_str(), static_cast<rapidjson::SizeType>(ctx.size()), a), a);
+    m.AddMember("kind", "message", a);
+    return m;
+  };
+  auto &doc = t.json();
+  auto history = doc.FindMember("history");
+  if (history != doc.MemberEnd() && history->value.IsArray()) history->value.PushBack(make(), a);
+  t.set_status(state, make());
+}
+
+// Applies --running-as to `t`: "" when it may be saved (reset when it was
+// an unheld running Task and the option is given), else why not.
+std::string running_as(const Options &o, Task &t) {
+  if (!unheld_running(t)) return "";
+  const auto v = o.value("--running-as");
+  if (!v) return unheld_running_why(t);
+  reset_running(t, *v);
+  return "";
+}
+
 // The SaveOptions of replacing `t` (`current`: what is stored, if any):
 // owner and tenant not given on the command line are kept.
 SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &current) {
@@ -266,7 +344,9 @@ int put_lines(const Options &o, const std::string &text) {
     while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
     if (l.empty()) continue;
     Task t;
-    if (const std::string why = parse_a2a_task(l, t); !why.empty()) {
+    std::string why = parse_a2a_task(l, t);
+    if (why.empty()) why = running_as(o, t);
+    if (!why.empty()) {
       std::cerr << "toolnexus store put: line " << line << ": " << why << "\n";
       ++bad;
       continue;
@@ -340,6 +420,9 @@ int cmd_put(const Options &o) {
   }
   if (o.flag("--force") && o.value("--expect-version"))
     return usage_error("--force and --expect-version exclude each other");
+  if (auto v = o.value("--running-as"); v && !valid_running_as(*v))
+    return usage_error("--running-as '" + *v + "' is not a state that no server has to run (input-required, "
+                       "auth-required, failed, canceled, rejected, completed)");
   std::optional<uint64_t> expect;
   if (auto v = o.value("--expect-version")) {
     try {
@@ -366,6 +449,7 @@ int cmd_put(const Options &o) {
     } catch (const InvalidTask &) {
     }
   }
+  if (why.empty()) why = running_as(o, t);
   if (!why.empty()) {
     std::cerr << "toolnexus store put: " << why << "\n";
     return 2;
@@ -566,7 +650,7 @@ int cmd_check(const Options &o) {
 
 int run_store(int argc, char **argv) {
   Options o(argc, argv, {"--json", "--force"},
-            {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version"});
+            {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version", "--running-as"});
   if (o.help) {
     std::cout << kHelp;
     return 0;

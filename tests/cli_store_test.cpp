@@ -113,7 +113,7 @@ TEST_CASE("toolnexus plugins reports a refused file with its reason") {
 TEST_CASE("store put, get, list, rm and their exit codes") {
   fs::path dir = temp_dir();
   const std::string sel = "file:" + (dir / "tasks").string();
-  Run r = run({"store", "put", sel}, task_json("t1", "c1", "working", 10) + "\n");
+  Run r = run({"store", "put", sel}, task_json("t1", "c1", "rejected", 10) + "\n");
   CHECK(r.code == 0);
   CHECK(r.out == "t1\n");
   spit(dir / "t2.json", task_json("t2", "c2", "completed", 20));
@@ -135,7 +135,7 @@ TEST_CASE("store put, get, list, rm and their exit codes") {
   CHECK(r.code == 0);
   CHECK(r.out == "t3\tinput-required\t2026-01-01T00:00:30.000000Z\tc1\n"
                  "t2\tcompleted\t2026-01-01T00:00:20.000000Z\tc2\n"
-                 "t1\tworking\t2026-01-01T00:00:10.000000Z\tc1\n");
+                 "t1\trejected\t2026-01-01T00:00:10.000000Z\tc1\n");
   CHECK(run({"store", "list", sel, "--context-id", "c1"}).out.find("t2") == std::string::npos);
   CHECK(run({"store", "list", sel, "--state", "completed"}).out ==
         "t2\tcompleted\t2026-01-01T00:00:20.000000Z\tc2\n");
@@ -203,13 +203,13 @@ TEST_CASE("get, list, check and copy's source create nothing: a missing store is
   }
   // Once something is stored there, the same commands read it.
   const std::string sel = "sqlite:" + db.string();
-  REQUIRE(run({"store", "put", sel}, task_json("t1", "c1", "working", 1)).code == 0);
-  CHECK(run({"store", "get", sel, "t1"}).out == task_json("t1", "c1", "working", 1) + "\n");
+  REQUIRE(run({"store", "put", sel}, task_json("t1", "c1", "input-required", 1)).code == 0);
+  CHECK(run({"store", "get", sel, "t1"}).out == task_json("t1", "c1", "input-required", 1) + "\n");
   CHECK(run({"store", "check", sel}).out == "1 sound, 0 bad\n");
 
   // Copying a store onto itself is refused, however the path is spelled.
   const std::string files_sel = "file:" + (dir / "fs").string();
-  REQUIRE(run({"store", "put", files_sel}, task_json("t1", "c1", "working", 1)).code == 0);
+  REQUIRE(run({"store", "put", files_sel}, task_json("t1", "c1", "input-required", 1)).code == 0);
   const auto mtime = fs::last_write_time(dir / "fs" / "t1.json");
   for (const auto &[from, to] : std::vector<std::pair<std::string, std::string>>{
            {sel, sel}, {sel, sel + "?synchronous=normal"}, {files_sel, files_sel + "/"},
@@ -352,7 +352,7 @@ TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in 
   fs::path dir = temp_dir();
   for (const std::string &sel : std::vector<std::string>{"file:" + (dir / "f").string(), "sqlite:" + (dir / "t.db").string()}) {
     CAPTURE(sel);
-    Run r = run({"store", "put", sel, "--owner", "alice", "--tenant", "acme"}, task_json("p", "c", "working", 1));
+    Run r = run({"store", "put", sel, "--owner", "alice", "--tenant", "acme"}, task_json("p", "c", "input-required", 1));
     REQUIRE(r.code == 0);
     // On main a second put replaced it blindly and dropped the owner.
     r = run({"store", "put", sel}, task_json("p", "c", "completed", 2));
@@ -360,7 +360,7 @@ TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in 
     CHECK_MESSAGE(r.err.find("exists (version 1)") != std::string::npos, r.err);
     CHECK_MESSAGE(r.err.find("--expect-version 1") != std::string::npos, r.err);
     r = run({"store", "get", sel, "p"});
-    CHECK(r.out == task_json("p", "c", "working", 1) + "\n");
+    CHECK(r.out == task_json("p", "c", "input-required", 1) + "\n");
     CHECK(r.err == "version 1\n");
     // Replacing what was read: owner and tenant stay.
     r = run({"store", "put", sel, "--expect-version", "1"}, task_json("p", "c", "completed", 2));
@@ -403,7 +403,7 @@ TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in 
     CHECK(s->count(ListQuery{}) == 5001);
     s->close();
     // A line whose Task exists: named, and (sqlite: one transaction) nothing saved.
-    r = run({"store", "put", sel}, task_json("new-1", "c", "working", 1) + "\n" + task_json("l7", "c", "working", 1) + "\n");
+    r = run({"store", "put", sel}, task_json("new-1", "c", "completed", 1) + "\n" + task_json("l7", "c", "completed", 1) + "\n");
     CHECK(r.code == 1);
     CHECK(r.err.find("line 2 (Task 'l7'): a Task with this id exists") != std::string::npos);
     if (sel.rfind("sqlite:", 0) == 0) CHECK(run({"store", "get", sel, "new-1"}).code == 1);
@@ -415,14 +415,14 @@ TEST_CASE("store list: control bytes in ids are escaped in the table; --json is 
   fs::path dir = temp_dir();
   const std::string sel = "file:" + (dir / "tasks").string();
   const std::string odd =
-      R"({"id":"line1\nline2\tTAB","contextId":"c\nx","status":{"state":"working","timestamp":"2026-01-01T00:00:00Z"},"kind":"task"})";
+      R"({"id":"line1\nline2\tTAB","contextId":"c\nx","status":{"state":"completed","timestamp":"2026-01-01T00:00:00Z"},"kind":"task"})";
   const std::string esc =
-      R"({"id":"esc\u001b[31mRED","contextId":"ok","status":{"state":"working","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})";
+      R"({"id":"esc\u001b[31mRED","contextId":"ok","status":{"state":"completed","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})";
   REQUIRE(run({"store", "put", sel, "-"}, odd + "\n" + esc + "\n").code == 0);
   Run r = run({"store", "list", sel});
   CHECK(r.code == 0);
-  CHECK(r.out == "esc\\x1b[31mRED\tworking\t2026-01-02T00:00:00.000000Z\tok\n"
-                 "line1\\x0aline2\\x09TAB\tworking\t2026-01-01T00:00:00.000000Z\tc\\x0ax\n");
+  CHECK(r.out == "esc\\x1b[31mRED\tcompleted\t2026-01-02T00:00:00.000000Z\tok\n"
+                 "line1\\x0aline2\\x09TAB\tcompleted\t2026-01-01T00:00:00.000000Z\tc\\x0ax\n");
   // A task file written by hand over several lines is listed on one.
   spit(dir / "tasks" / "pretty.json",
        "{\n  \"id\": \"pretty\",\n  \"contextId\": \"c\",\n"
@@ -430,6 +430,60 @@ TEST_CASE("store list: control bytes in ids are escaped in the table; --json is 
   r = run({"store", "list", sel, "--json"});
   CHECK(r.code == 0);
   CHECK(r.out == std::string(R"({"id":"pretty","contextId":"c","status":{"state":"working","timestamp":"2026-01-03T00:00:00Z"},"kind":"task"})") +
-                     "\n" + R"({"id":"esc\u001B[31mRED","contextId":"ok","status":{"state":"working","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})" +
+                     "\n" + R"({"id":"esc\u001B[31mRED","contextId":"ok","status":{"state":"completed","timestamp":"2026-01-02T00:00:00Z"},"kind":"task"})" +
                      "\n" + odd + "\n");
+}
+
+TEST_CASE("store put refuses a running Task no server runs, or imports it as the state --running-as names") {
+  fs::path dir = temp_dir();
+  for (const std::string &sel : std::vector<std::string>{"file:" + (dir / "f").string(), "sqlite:" + (dir / "t.db").string()}) {
+    CAPTURE(sel);
+    // One Task: refused, naming it and the way out; nothing saved.
+    Run r = run({"store", "put", sel}, task_json("w1", "c", "working", 1));
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find("Task 'w1' is working and no server runs it") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("--running-as STATE") != std::string::npos, r.err);
+    CHECK(run({"store", "get", sel, "w1"}).out.empty());
+    // JSON lines: every running line named, nothing saved.
+    const std::string lines = task_json("s1", "c", "submitted", 1) + "\n" + task_json("d1", "c", "completed", 2) +
+                              "\n" + task_json("w2", "c", "working", 3) + "\n";
+    r = run({"store", "put", sel}, lines);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find("line 1: Task 's1' is submitted and no server runs it") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("line 3: Task 'w2' is working and no server runs it") != std::string::npos, r.err);
+    CHECK(run({"store", "get", sel, "d1"}).out.empty());
+    // --running-as: saved in that state, with a status message saying so.
+    r = run({"store", "put", sel, "--running-as", "input-required"}, lines);
+    CHECK_MESSAGE(r.code == 0, r.err);
+    auto s = resolve_store(sel);
+    for (const char *id : {"s1", "w2"}) {
+      CAPTURE(id);
+      const Task t = s->get(id)->task();
+      CHECK(std::string(t.state()) == "input-required");
+      const auto &msg = t.json()["status"]["message"];
+      CHECK(std::string(msg["role"].GetString()) == "agent");
+      const std::string text = msg["parts"][0]["text"].GetString();
+      CHECK_MESSAGE(text.find("Imported by `toolnexus store put --running-as input-required` while ") == 0, text);
+      CHECK_MESSAGE(text.find("no server was running this Task") != std::string::npos, text);
+    }
+    CHECK(s->get("d1")->state == "completed");  // untouched
+    s->close();
+    r = run({"store", "put", sel, "--running-as", "failed"}, task_json("w1", "c", "working", 1));
+    CHECK_MESSAGE(r.code == 0, r.err);
+    CHECK(run({"store", "list", sel, "--state", "failed"}).out.find("w1\tfailed") == 0);
+    // Not a state that waits or ends: a usage error.
+    r = run({"store", "put", sel, "--running-as", "working"}, task_json("w3", "c", "working", 1));
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find("--running-as 'working' is not a state") != std::string::npos, r.err);
+    // A Task a server holds (its lease, as `store get` shows it) is put as it is.
+    const std::string leased = R"({"id":"h1","contextId":"c","status":{"state":"working"},"kind":"task",)"
+                               R"("metadata":{"toolnexus/lease":{"instance":"i","expiresAt":"2026-01-01T00:00:00Z"}}})";
+    r = run({"store", "put", sel}, leased);
+    CHECK_MESSAGE(r.code == 0, r.err);
+    CHECK(run({"store", "list", sel, "--state", "working"}).out.find("h1\tworking") == 0);
+  }
+  // The help says it.
+  Run h = run({"store", "--help"});
+  CHECK(h.out.find("--running-as STATE") != std::string::npos);
+  fs::remove_all(dir);
 }

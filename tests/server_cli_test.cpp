@@ -443,3 +443,201 @@ TEST_CASE("subscribe after a restart: the parked Task's snapshot, then its run o
   CHECK(std::string(done["result"]["status"]["state"].GetString()) == "completed");
   CHECK(done["result"]["final"].GetBool());
 }
+
+namespace {
+
+// The v1.0 state of a StreamResponse frame ("" when it has none).
+std::string frame_state(const SseEvent &e) {
+  auto d = parse(e.data);
+  if (!d.HasMember("result")) return "";
+  const auto &r = d["result"];
+  if (r.HasMember("statusUpdate")) return r["statusUpdate"]["status"]["state"].GetString();
+  if (r.HasMember("task")) return r["task"]["status"]["state"].GetString();
+  return "";
+}
+
+// A v1.0 SendStreamingMessage with one text part, as request bytes.
+std::string stream_request(const std::string &text) {
+  return rpc_request("SendStreamingMessage",
+                     R"({"message":{"role":"ROLE_USER","messageId":"d1","parts":[{"text":)" + q(text) + "}]}}", "7",
+                     "A2A-Version: 1.0\r\n");
+}
+
+// Checks that `e` is the frame a stopping server ends a stream with: retry,
+// event: error, a JSON-RPC error naming the Task and the Last-Event-ID to
+// resubscribe with.
+void check_reconnect_frame(const SseEvent &e, const std::string &task, const std::string &last_id) {
+  CHECK(e.event == "error");
+  CHECK(e.retry == "1000");
+  auto d = parse(e.data);
+  REQUIRE_MESSAGE(d.HasMember("error"), e.data);
+  CHECK(d["id"].GetInt() == 7);
+  CHECK(d["error"]["code"].GetInt() == -32603);
+  CHECK(std::string(d["error"]["message"].GetString()).find("Last-Event-ID: " + last_id) != std::string::npos);
+  const auto &md = d["error"]["data"][0]["metadata"];
+  CHECK(std::string(md["taskId"].GetString()) == task);
+  CHECK(std::string(md["lastEventId"].GetString()) == last_id);
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM mid-Task: the Task's stream stays open through the drain and ends with the Task's last event") {
+  TempDir dir;
+  Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--echo-chunk-delay-ms", "400"});
+  const std::string url = url_from(a.first_stdout_line());
+  Connection conn(port_of(url));
+  SseReader sse(conn, stream_request("one two three four"));
+  std::vector<SseEvent> events;
+  while (events.size() < 3) {  // the Task, working, the first chunk
+    auto e = sse.next(5000ms);
+    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+    events.push_back(*e);
+  }
+  REQUIRE(::kill(a.pid, SIGTERM) == 0);
+  // The run goes on for about another 1.2 s; the stream with it.
+  for (auto &e : sse.rest(10000ms)) events.push_back(e);
+  CHECK(sse.ended());
+  REQUIRE(!events.empty());
+  CHECK(events.back().event.empty());
+  CHECK(frame_state(events.back()) == "TASK_STATE_COMPLETED");
+  std::size_t chunks = 0;
+  for (const auto &e : events) chunks += e.data.find("artifactUpdate") != std::string::npos ? 1 : 0;
+  CHECK(chunks == 4);
+  const int st = a.wait_exit(10000ms);
+  CHECK((st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
+TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain, ends with a reconnect frame") {
+  TempDir dir;
+  SUBCASE("a parked Task's stream ends at once") {
+    Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--agent", "approval"});
+    const std::string url = url_from(a.first_stdout_line());
+    Client c(url);
+    const std::string task = task_id(c.send("ship it"));
+    REQUIRE(state_of(c.wait_settled(task)) == "input-required");
+    Connection conn(port_of(url)), conn03(port_of(url)), conn_rest(port_of(url));
+    SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "7", "A2A-Version: 1.0\r\n"));
+    SseReader sse03(conn03, rpc_request("tasks/resubscribe", R"({"id":)" + q(task) + "}", "8"));
+    SseReader sse_rest(conn_rest, "GET /tasks/" + task + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
+    auto snap = sse.next();
+    REQUIRE(snap);
+    REQUIRE(sse03.next());
+    REQUIRE(sse_rest.next());
+    REQUIRE(::kill(a.pid, SIGTERM) == 0);
+    auto rest = sse.rest(5000ms);
+    CHECK(sse.ended());
+    REQUIRE(rest.size() == 1);
+    check_reconnect_frame(rest[0], task, snap->id);
+    // v0.3: the same error, its facts in error.data.
+    auto rest03 = sse03.rest(5000ms);
+    REQUIRE(rest03.size() == 1);
+    CHECK(rest03[0].event == "error");
+    auto e03 = parse(rest03[0].data);
+    CHECK(e03["id"].GetInt() == 8);
+    CHECK(std::string(e03["error"]["data"]["taskId"].GetString()) == task);
+    CHECK(std::string(e03["error"]["data"]["lastEventId"].GetString()) == snap->id);
+    // HTTP+JSON: a google.rpc.Status, 503 UNAVAILABLE.
+    auto rest_rest = sse_rest.rest(5000ms);
+    REQUIRE(rest_rest.size() == 1);
+    CHECK(rest_rest[0].event == "error");
+    CHECK(rest_rest[0].retry == "1000");
+    auto er = parse(rest_rest[0].data);
+    CHECK(er["error"]["code"].GetInt() == 503);
+    CHECK(std::string(er["error"]["status"].GetString()) == "UNAVAILABLE");
+    CHECK(std::string(er["error"]["details"][0]["metadata"]["lastEventId"].GetString()) == snap->id);
+    CHECK(a.wait_exit(10000ms) != -1);
+  }
+  SUBCASE("a Task running past --drain-timeout-ms") {
+    Child a({"serve", "--listen", "127.0.0.1:0", "--store", "file:" + dir.str(), "--echo-chunk-delay-ms", "5000",
+             "--drain-timeout-ms", "300"});
+    const std::string url = url_from(a.first_stdout_line());
+    Connection conn(port_of(url));
+    SseReader sse(conn, stream_request("one two three four"));
+    std::vector<SseEvent> events;
+    while (events.size() < 3) {
+      auto e = sse.next(5000ms);
+      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+      events.push_back(*e);
+    }
+    const std::string task = parse(events[0].data)["result"]["task"]["id"].GetString();
+    REQUIRE(::kill(a.pid, SIGTERM) == 0);
+    auto rest = sse.rest(10000ms);
+    CHECK(sse.ended());
+    REQUIRE(!rest.empty());
+    check_reconnect_frame(rest.back(), task, events.back().id);
+    CHECK(a.wait_exit(10000ms) != -1);
+  }
+}
+
+namespace {
+
+// The instance id a server logged at start ("..., instance ID ...").
+std::string logged_instance(Child &c) {
+  const auto deadline = Clock::now() + 5000ms;
+  static const std::regex re(R"(instance ([0-9a-f-]{36}))");
+  std::smatch m;
+  while (!std::regex_search(c.err_buf, m, re) && Clock::now() < deadline) c.pump(50);
+  REQUIRE_MESSAGE(std::regex_search(c.err_buf, m, re), "no instance id logged: " << c.err_buf);
+  return m[1];
+}
+
+std::vector<std::string> restart_args(const std::string &store) {
+  // A lease of a minute: a settle by lease expiry would come far too late.
+  return {"serve", "--listen", "127.0.0.1:0", "--store", store, "--echo-chunk-delay-ms", "1500",
+          "--progress-interval-ms", "1", "--lease-ms", "60000", "--lease-renew-ms", "1000", "--settle-interval-ms",
+          "60000", "--stream-poll-ms", "50"};
+}
+
+}  // namespace
+
+TEST_CASE("a server restarted after SIGKILL is the same instance and settles what it left running at once") {
+  TempDir dir;
+  const std::string store = "file:" + dir.str();
+  std::vector<SseEvent> before;
+  std::string task, first_id;
+  {
+    Child a(restart_args(store));
+    Connection conn(port_of(url_from(a.first_stdout_line())));
+    first_id = logged_instance(a);
+    SseReader sse(conn, stream_request("one two three four"));
+    while (before.size() < 3) {
+      auto e = sse.next(5000ms);
+      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+      before.push_back(*e);
+    }
+    task = parse(before[0].data)["result"]["task"]["id"].GetString();
+    ::kill(a.pid, SIGKILL);
+    a.wait_exit();
+  }
+  Child b(restart_args(store));
+  const std::string url = url_from(b.first_stdout_line());
+  CHECK(logged_instance(b) == first_id);  // kept in the store's directory
+  Connection conn(port_of(url));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "2",
+                                  "A2A-Version: 1.0\r\nLast-Event-ID: " + before.back().id + "\r\n"));
+  REQUIRE(sse.status() == 200);
+  // Not one lease (a minute) later: at once.
+  const std::vector<SseEvent> after = sse.rest(10000ms);
+  CHECK(sse.ended());
+  REQUIRE(!after.empty());
+  CHECK(std::stoull(after.front().id) == std::stoull(before.back().id) + 1);
+  REQUIRE(frame_state(after.back()) == "TASK_STATE_FAILED");
+  const std::string why =
+      parse(after.back().data)["result"]["statusUpdate"]["status"]["message"]["parts"][0]["text"].GetString();
+  CHECK(why.find("restarted while the Task was running") != std::string::npos);
+
+  // A replica on the same store is another instance, and a restart of b
+  // never settles the replica's running Task.
+  Child c(restart_args(store));
+  Client cc(url_from(c.first_stdout_line()));
+  CHECK(logged_instance(c) != first_id);
+  const std::string running = task_id(cc.send("five six seven eight"));
+  ::kill(b.pid, SIGKILL);
+  b.wait_exit();
+  Child b2(restart_args(store));
+  Client cb(url_from(b2.first_stdout_line()));
+  CHECK(logged_instance(b2) == first_id);
+  auto done = cc.wait_settled(running, 15000ms);
+  CHECK(state_of(done) == "completed");
+  CHECK(artifact_text(done["result"]) == "five six seven eight");
+}

@@ -481,3 +481,42 @@ TEST_CASE("the memory slow streams held is given back once they are dropped") {
   CHECK(after - before < (peak - before) / 4);
 #endif
 }
+
+TEST_CASE("the first streamed chunk reaches the stream before the second is made (a held report is flushed)") {
+  // The echo agent makes its first chunk at once and its second 5 s later.
+  // Its first report comes within progress_interval_ms of the run's start,
+  // so it is held; it must be saved (and streamed) when that interval has
+  // passed, not only when the next report (5 s on) or the outcome comes.
+  for (const std::string store : {"memory", "file"}) {
+    CAPTURE(store);
+    TempDir dir;
+    auto server = serve_with("echo", 5000, [&](toolnexus::ServerOptions &o) {
+      if (store == "file") o.store = "file:" + dir.str();
+    });
+    Connection conn(port_of(server.url()));
+    SseReader sse(conn, rpc_request("message/stream", R"({"message":)" + v03_message("one two three four") + "}"));
+    REQUIRE(sse.status() == 200);
+    std::string task;
+    std::optional<SseEvent> chunk;
+    for (;;) {
+      // Well under the 5 s the second chunk waits for.
+      auto e = sse.next(4000ms);
+      REQUIRE_MESSAGE(e.has_value(), "no first chunk within 4 s; got: " << sse.unparsed());
+      auto d = parse(e->data);
+      if (what(d["result"]) == "task") task = d["result"]["id"].GetString();
+      if (what(d["result"]) == "artifact-update") {
+        chunk = e;
+        break;
+      }
+    }
+    CHECK(std::string(parse(chunk->data)["result"]["artifact"]["parts"][0]["text"].GetString()) == "one ");
+    // The second chunk has not been made yet: the Task holds the first alone.
+    Client c(server.url());
+    auto got = c.get_task(task);
+    CHECK(artifact_text(got["result"]) == "one ");
+    c.call("tasks/cancel", R"({"id":)" + q(task) + "}");
+    auto rest = sse.rest();
+    REQUIRE(!rest.empty());
+    CHECK(std::string(parse(rest.back().data)["result"]["status"]["state"].GetString()) == "canceled");
+  }
+}

@@ -245,6 +245,7 @@ struct SseEvent {
   std::string id;
   std::string event;  // "" = message
   std::string data;
+  std::string retry;  // the frame's "retry:" field ("" = none)
 };
 
 /// Reads a text/event-stream response (chunked or close-delimited) from a
@@ -357,6 +358,7 @@ class SseReader {
         if (!value.empty() && value[0] == ' ') value.erase(0, 1);
         if (field == "id") e.id = value;
         else if (field == "event") e.event = value;
+        else if (field == "retry") e.retry = value;
         else if (field == "data") e.data += (e.data.empty() ? "" : "\n") + value, any = true;
       }
       if (any) return e;

@@ -8,6 +8,7 @@
 #include "bindings/http.hpp"
 #include "common/log.hpp"
 #include "delivery/push.hpp"
+#include "domain/instance_id.hpp"
 #include "domain/task_lifecycle.hpp"
 #include "domain/task_watch.hpp"
 #include "common/util.hpp"
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <mutex>
 #include <stdexcept>
@@ -41,9 +43,14 @@ namespace {
 // (file: 1,552 -> 3,308 req/s, sqlite: 3,010 -> 4,969 on a journaled ext4);
 // 4 serve a memory store, whose runs use the CPU.
 unsigned default_workers(const StoreInfo &info) { return (info.capabilities & TNX_CAP_DURABLE) != 0 ? 64 : 4; }
+// At stop, after the drain: how long requests and streams get at least to
+// write their last bytes (a stream's reconnect frame), in ms.
+constexpr int64_t kLastWordsMs = 1000;
 }  // namespace
 
 struct ServerHandle::Impl {
+  /// The instance identity held (destroyed last: held until all is stopped).
+  std::unique_ptr<InstanceClaim> identity;
   std::unique_ptr<Logger> log;
   std::shared_ptr<TaskStore> store;
   bool owns_store = false;
@@ -62,9 +69,27 @@ struct ServerHandle::Impl {
 
   void stop() {
     std::call_once(stop_once, [this] {
-      // Blocking SendMessage waits return now, so requests in progress end.
+      using Clock = std::chrono::steady_clock;
+      const auto deadline = Clock::now() + std::chrono::milliseconds(drain_timeout_ms);
+      // No new connections; idle ones close; streams stay open.
+      if (http) http->begin_stop();
+      // No new Tasks; blocking SendMessage waits return now, so requests in
+      // progress end.
       if (lifecycle) lifecycle->begin_stop();
-      if (http) http->stop(drain_timeout_ms);
+      // The drain: streams of Tasks running here stay open until their Task
+      // ends (and end as usual) or the drain timeout passes; every other
+      // stream, and those left at the timeout, end with a frame telling the
+      // client to resubscribe elsewhere (never a silent end).
+      if (watch && lifecycle) {
+        TaskLifecycle *lc = lifecycle.get();
+        watch->begin_drain([lc](const std::string &id) { return lc->running_here(id); });
+        lifecycle->wait_idle(deadline);
+        watch->end_drain();
+      }
+      // Requests and streams finish; at least a moment to write the last
+      // frames even when the drain used all of its time.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (http) http->stop(static_cast<int>(std::max<int64_t>(left, kLastWordsMs)));
       if (lifecycle) lifecycle->stop();
       if (push) push->stop();
       if (watch) watch->stop();
@@ -160,6 +185,15 @@ ServerHandle serve(ServerOptions o) {
     impl->store = resolve_store(o.store.selector);
     impl->owns_store = true;
   }
+  // The instance id: configured, kept on disk, or new.
+  if (o.instance_id.empty() && o.instance_file != "-") {
+    const std::string base = o.instance_file.empty() && !o.store.store ? default_instance_base(o.store.selector)
+                                                                       : o.instance_file;
+    if (!base.empty()) {
+      impl->identity = std::make_unique<InstanceClaim>(base);
+      o.instance_id = impl->identity->id();
+    }
+  }
 
   // A peer that disconnects mid-response must not kill the process.
   if (std::signal(SIGPIPE, SIG_IGN) == SIG_ERR) impl->log->warn("could not ignore SIGPIPE");
@@ -238,7 +272,9 @@ ServerHandle serve(ServerOptions o) {
   impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +
                   (info.plugin_name.empty() ? std::string() : " via " + info.plugin_name) + " [" +
                   capability_names(info.capabilities) + "], agent " +
-                  executor->name() + ", instance " + impl->instance_id + " on " + host_name() + " pid " +
+                  executor->name() + ", instance " + impl->instance_id +
+                  (impl->identity ? " kept in " + impl->identity->path() : std::string()) + " on " + host_name() +
+                  " pid " +
                   std::to_string(::getpid()) +
                   (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
   if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)

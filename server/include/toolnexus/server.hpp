@@ -198,7 +198,10 @@ struct ServerLimits {
 /// submitted/working records metadata["toolnexus/lease"] =
 /// {"instance", "expiresAt"} (the server logs its instance id with its host
 /// and pid at start; clients see only the id); the instance renews it while the
-/// Task runs; any server settles (fails) Tasks whose lease expired.
+/// Task runs; any server settles (fails) Tasks whose lease expired. A server
+/// also settles at once, at start, the Tasks leased by its own instance id
+/// before it started (it crashed or was killed while they ran; see
+/// ServerOptions::instance_file), without waiting for the lease to expire.
 struct LeaseOptions {
   /// Lease length.
   int lease_ms = 30000;
@@ -306,15 +309,33 @@ struct ServerOptions {
   int progress_interval_ms = 100;
   /// The built-in echo agent's pause between the chunks of its reply.
   int echo_chunk_delay_ms = 0;
-  /// On stop, how long running executors may take to finish.
+  /// On stop, how long running executors may take to finish. The SSE
+  /// streams of their Tasks stay open meanwhile and end with the Task; a
+  /// stream whose Task does not run here, or outlives this, ends with a
+  /// frame telling the client to resubscribe elsewhere (docs/streaming.md,
+  /// "Server stop").
   int drain_timeout_ms = 10000;
   /// Lines below this level are not written (errors always are).
   LogLevel log_level = LogLevel::info;
   /// Where log lines go (default: stderr, one line each).
   LogSink log_sink;
-  /// This server's instance id in leases ("" = a new UUID). Must be unique
-  /// among servers sharing a store.
+  /// This server's instance id in leases. Must be unique among servers
+  /// sharing a store (and the same across restarts of one server, for the
+  /// restart to settle what it left: see instance_file). "" = the id kept in
+  /// instance_file, or a new UUID when there is no such file.
   std::string instance_id;
+  /// Where the instance id is kept across restarts when instance_id is "":
+  /// files "<instance_file>-0", "-1", ..., each holding one id; the server
+  /// takes the first one no running server holds (an OFD lock held while it
+  /// runs, dropped by the kernel however the process ends), creating it
+  /// when missing. So replicas on one store get different ids, and a server
+  /// restarted after a crash gets its own back and settles the Tasks it
+  /// left running at once (see LeaseOptions). "" = derived from the store
+  /// selector: file:DIR -> DIR/.toolnexus-instance, sqlite:PATH ->
+  /// PATH.toolnexus-instance, none for other stores; "-" = none (a new UUID
+  /// each start). A file that cannot be created or locked stops serve()
+  /// (std::runtime_error naming it).
+  std::string instance_file;
 };
 
 /// What a running server holds right now.
@@ -349,9 +370,11 @@ class ServerHandle {
   /// a moment's picture).
   ServerStats stats() const;
   /// Stops accepting connections, lets in-flight requests and saves finish
-  /// (executors get drain_timeout_ms), fails Tasks still queued ("the server
-  /// stopped before running it"), then closes the store if the server opened
-  /// it. Errors while closing are logged, not thrown.
+  /// (executors get drain_timeout_ms; the streams of their Tasks stay open
+  /// until the Task ends, every other stream, and those left when the drain
+  /// timeout passes, end with a reconnect frame), fails Tasks still queued
+  /// ("the server stopped before running it"), then closes the store if the
+  /// server opened it. Errors while closing are logged, not thrown.
   void stop();
 
   /// Internal: the running server's parts (server/src/server.cpp).

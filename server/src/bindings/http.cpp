@@ -394,6 +394,10 @@ void HttpFrontend::start() {
 std::size_t HttpFrontend::open_connections() const noexcept { return impl_->reactor->open_connections(); }
 std::size_t HttpFrontend::open_streams() const noexcept { return impl_->reactor->open_streams(); }
 
+void HttpFrontend::begin_stop() {
+  if (impl_->reactor) impl_->reactor->begin_stop();
+}
+
 void HttpFrontend::stop(int grace_ms) {
   if (impl_->reactor) impl_->reactor->stop(grace_ms);
 }

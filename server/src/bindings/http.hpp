@@ -51,9 +51,13 @@ class HttpFrontend {
   HttpFrontend &operator=(const HttpFrontend &) = delete;
 
   void start();
+  /// Stops accepting connections and closes idle keep-alive ones; requests
+  /// in progress and streams go on (HttpReactor::begin_stop).
+  void begin_stop();
   /// Stops accepting connections, lets requests in progress finish (and their
-  /// responses be sent), closes idle keep-alive connections, ends streams,
-  /// and waits (up to `grace_ms`) for all of it.
+  /// responses be sent), closes idle keep-alive connections, and waits (up
+  /// to `grace_ms`) for all of it and for the streams to be ended by their
+  /// writers; then ends the streams left.
   void stop(int grace_ms);
   /// The bound port.
   uint16_t port() const noexcept { return port_; }

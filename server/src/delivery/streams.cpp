@@ -12,6 +12,36 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The frame that ends a stream whose server stops before its Task does (see
+// streams.hpp and docs/streaming.md, "Server stop"): the SSE retry field,
+// then an "event: error" frame whose error says to resubscribe elsewhere
+// from `last_seq`: JSON-RPC -32603 (v1.0: with an ErrorInfo; v0.3: error.data
+// {taskId, lastEventId, retryAfterMs}), HTTP+JSON a 503 UNAVAILABLE
+// google.rpc.Status with the same ErrorInfo metadata.
+void append_reconnect_frame(std::string &out, const FrameStyle &style, const std::string &task_id,
+                            uint64_t last_seq) {
+  const std::string message = "the server is stopping before Task '" + task_id +
+                              "' ends: resubscribe (SubscribeToTask with Last-Event-ID: " + std::to_string(last_seq) +
+                              ") on another server sharing the store, or on this one once it is back";
+  const ErrorMetadata md = {{"taskId", task_id},
+                            {"lastEventId", std::to_string(last_seq)},
+                            {"retryAfterMs", std::to_string(kReconnectRetryMs)}};
+  std::string body;
+  if (style.binding == Binding::jsonrpc) {
+    ResponseWriter rw;
+    rw.error(RpcId::from_json(style.rpc_id), rpc_code::kInternalError, message, {}, style.dialect, &md);
+    body.assign(rw.bytes());
+  } else {
+    Failure f{rpc_code::kInternalError, message, {}, md};
+    f.unavailable = true;
+    write_rest_error(f, body);
+  }
+  out += "retry: " + std::to_string(kReconnectRetryMs) + "\n";
+  out += "event: error\ndata: ";
+  out += body;
+  out += "\n\n";
+}
+
 class TaskStream final : public TaskSubscriber, public std::enable_shared_from_this<TaskStream> {
  public:
   TaskStream(std::string id, std::shared_ptr<SseStream> sse, StreamPlan plan, int keepalive_ms)
@@ -108,6 +138,13 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     std::string frame;
     append_error_frame(frame, style_, rpc_code::kTaskNotFound, "Task " + in_quotes(task_id()) + " was removed from the store",
                        style_.binding == Binding::jsonrpc ? "params.id" : "id");
+    sse_->write(frame);
+    end();
+  }
+
+  void on_server_stop() override {
+    std::string frame;
+    append_reconnect_frame(frame, style_, task_id(), cursor_);
     sse_->write(frame);
     end();
   }

@@ -13,6 +13,13 @@
 // state, a SubscribeToTask stream opened on an interrupted Task stays open
 // until the Task has moved on and stopped again.
 //
+// When the server stops, a stream whose Task runs on this server stays open
+// through the drain and ends as usual when the Task ends; every other one
+// (its Task parked, running elsewhere, or still running when the drain
+// timeout passes) ends with a reconnect frame: "retry:" and an "event:
+// error" frame whose error names the Task and the Last-Event-ID to resubscribe
+// with (TaskWatch::begin_drain, docs/streaming.md "Server stop").
+//
 // A slow client never slows anyone else: frames are queued on its
 // connection without blocking; when more than kHighWaterBytes are queued
 // the stream stops rendering and, once the client has read them, renders
@@ -65,6 +72,10 @@ struct StreamSettings {
   /// An idle stream gets ": keep-alive" this often.
   int keepalive_ms = 15000;
 };
+
+/// The reconnect delay a stream ended by a server stop suggests (its SSE
+/// "retry:" field and its error's retryAfterMs), in ms.
+inline constexpr int kReconnectRetryMs = 1000;
 
 /// Queued bytes above which a stream waits for its client.
 inline constexpr std::size_t kHighWaterBytes = 256 * 1024;

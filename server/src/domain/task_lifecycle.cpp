@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 
 namespace toolnexus::server_detail {
@@ -147,6 +148,7 @@ TaskLifecycle::TaskLifecycle(std::shared_ptr<TaskStore> store, std::shared_ptr<A
     : store_(std::move(store)), executor_(std::move(executor)), options_(std::move(options)), log_(log),
       watch_(watch) {
   if (options_.instance_id.empty()) options_.instance_id = new_uuid();
+  start_us_ = now_us();
   if (options_.workers == 0) options_.workers = 4;
   inline_runs_ = options_.inline_runs && executor_->runs_briefly();
   cas_ = (store_->info().capabilities & TNX_CAP_COMPARE_AND_SET) != 0;
@@ -174,12 +176,24 @@ void TaskLifecycle::start() {
 
 void TaskLifecycle::begin_stop() {
   stopping_ = true;
-  // Blocking waits return now, so requests in progress end.
-  watch_.stop();
+  // Blocking waits return now, so requests in progress end; streams go on
+  // (the server's stop drains them, see TaskWatch::begin_drain).
+  watch_.release_waiters();
   {
     std::lock_guard<std::mutex> lock(queue_mu_);  // a worker checks stopping_ under it
   }
   slot_cv_.notify_all();
+}
+
+bool TaskLifecycle::wait_idle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return running_ == 0; });
+}
+
+bool TaskLifecycle::running_here(const std::string &id) {
+  std::lock_guard<std::mutex> lock(active_mu_);
+  auto it = active_.find(id);
+  return it != active_.end() && it->second->started_us.load() != 0;
 }
 
 void TaskLifecycle::stop() {
@@ -599,6 +613,9 @@ void TaskLifecycle::run_claimed(WorkItem &item) {
     fail_after_error(item.id, item.active, "unknown error");
   }
   unregister_active(item.id, item.active);
+  // Stopping: the Task's streams were kept open while it ran here
+  // (running_here); now they are looked at again.
+  if (stopping_.load()) watch_.poke(item.id);
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     --running_;
@@ -612,7 +629,18 @@ void TaskLifecycle::run_claimed(WorkItem &item) {
 
 // The TaskProgress of one run: progress reports are applied to a working
 // copy of the Task and saved (compare-and-set) at most every
-// progress_interval_ms, and in any case with the result.
+// progress_interval_ms, and in any case with the result. A report that
+// comes sooner is held, and saved by the renewer thread (flush_if_due) once
+// progress_interval_ms have passed since the last save, whether or not
+// another report follows: every report reaches the store, and so the
+// streams, within progress_interval_ms (plus one renewer wake-up and one
+// save) of being made.
+//
+// Thread-safety: the executor's thread makes the reports, the renewer
+// thread flushes; mu_ serialises them. Once close() has returned (the run's
+// executor returned) nothing but the run's own thread touches it, and the
+// references it was built with are never used again, so the renewer may
+// hold it longer.
 class TaskLifecycle::RunProgress final : public TaskProgress {
  public:
   RunProgress(TaskLifecycle &lc, const std::string &id, const std::shared_ptr<ActiveTask> &active,
@@ -620,7 +648,8 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
       : lc_(lc), id_(id), active_(active), start_(start), last_save_(std::chrono::steady_clock::now()) {}
 
   void status(std::string_view text) override {
-    if (active_->cancel) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || active_->cancel) return;
     Update u;
     u.text = std::string(text);
     pending_.push_back(std::move(u));
@@ -640,7 +669,8 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     if (complete_.count(aid) != 0)
       throw std::invalid_argument("TaskProgress::artifact_chunk: artifact '" + aid + "' is already complete");
     if (last_chunk) complete_.insert(aid);
-    if (active_->cancel) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || active_->cancel) return;
     Update u;
     u.chunk = true;
     u.artifact_id = aid;
@@ -687,6 +717,28 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     }
   }
 
+  /// Saves the held reports when progress_interval_ms have passed since
+  /// the last save (else asks the renewer to come back then). Called by the
+  /// renewer thread; does nothing once closed.
+  void flush_if_due(std::chrono::steady_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || pending_.empty() || active_->cancel) return;
+    const auto due = last_save_ + std::chrono::milliseconds(lc_.options_.progress_interval_ms);
+    if (now < due) {
+      lc_.flush_at(due);
+      return;
+    }
+    save(now);
+  }
+
+  /// The executor returned: no more reports, no more flushes (waits for a
+  /// flush in progress). The outcome's save takes what is still held.
+  /// Idempotent.
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+
   bool has_pending() const noexcept { return !pending_.empty(); }
   /// The reports were saved (by the final save).
   void saved() {
@@ -728,9 +780,20 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
     return true;
   }
 
+  // mu_ held.
   void maybe_save() {
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_save_ < std::chrono::milliseconds(lc_.options_.progress_interval_ms)) return;
+    const auto due = last_save_ + std::chrono::milliseconds(lc_.options_.progress_interval_ms);
+    if (now < due) {
+      // Held: the renewer saves it at `due` unless a later report does.
+      lc_.flush_at(due);
+      return;
+    }
+    save(now);
+  }
+
+  // mu_ held.
+  void save(std::chrono::steady_clock::time_point now) {
     last_save_ = now;
     // Based on the last save, else on (a copy of: the executor still reads
     // it) the Task as the run started.
@@ -784,6 +847,8 @@ class TaskLifecycle::RunProgress final : public TaskProgress {
   std::string too_large_;
   std::set<std::string> complete_;
   std::chrono::steady_clock::time_point last_save_;
+  std::mutex mu_;
+  bool closed_ = false;
 };
 
 void TaskLifecycle::run(WorkItem &item) {
@@ -805,7 +870,24 @@ void TaskLifecycle::run(WorkItem &item) {
 
   // 2. The executor, outside any lock; its exceptions become a failure.
   ExecutionResult result;
-  RunProgress progress(*this, id, item.active, r.snap);
+  auto progress_ptr = std::make_shared<RunProgress>(*this, id, item.active, r.snap);
+  RunProgress &progress = *progress_ptr;
+  // Held reports are flushed by the renewer (flush_progress) until the
+  // executor returns; detached and closed however run() ends.
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    item.active->progress = progress_ptr;
+  }
+  struct Detach {
+    TaskLifecycle &lc;
+    ActiveTask &active;
+    RunProgress &progress;
+    ~Detach() {
+      progress.close();
+      std::lock_guard<std::mutex> lock(lc.active_mu_);
+      active.progress.reset();
+    }
+  } detach{*this, *item.active, progress};
   {
     const std::string latest = latest_user_text(r.snap.task);
     const ExecutionContext ctx{r.snap.task, task_metadata(r.snap.task, kPendingKey), latest, item.active->cancel,
@@ -818,6 +900,7 @@ void TaskLifecycle::run(WorkItem &item) {
       result = ExecutionResult::failed("The agent failed with an unknown error.");
     }
   }
+  progress.close();
 
   // 3. Save the outcome (with the progress not saved yet) unless the Task
   //    was canceled or settled meanwhile. A "working" saved by the renewer
@@ -1032,6 +1115,17 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
   std::string where;  // host and pid of an old-style lease, for the log only
   auto abandoned = [this, &where](const Task &task, const std::string &id, int64_t now, std::string &why) {
     const Lease l = read_lease(task);
+    if (l.present && l.instance == options_.instance_id && !is_active(id) && l.expires_us != kNoTime &&
+        l.expires_us < start_us_ + int64_t{options_.lease_ms} * 1000 && l.expires_us > now) {
+      // This instance's lease, written before this process started (every
+      // lease written since expires later): the process that held it ended
+      // with the Task running. Its own restart settles it now, rather than
+      // after the lease.
+      why = "The server that ran this Task stopped before finishing it: instance '" + l.instance +
+            "' restarted while the Task was running (its lease was to expire at " + l.expires_text +
+            "). Settled by the same instance at its restart.";
+      return true;
+    }
     if (l.present) {
       if (l.instance == options_.instance_id && is_active(id)) return false;
       if (l.expires_us != kNoTime && l.expires_us > now) return false;
@@ -1111,20 +1205,63 @@ std::size_t TaskLifecycle::settle_expired() {
   return settled;
 }
 
+void TaskLifecycle::flush_at(std::chrono::steady_clock::time_point when) {
+  const int64_t t = when.time_since_epoch().count();
+  int64_t cur = next_flush_.load();
+  while (t < cur) {
+    if (next_flush_.compare_exchange_weak(cur, t)) {
+      // Under the lock: the renewer is either waiting (and is woken) or
+      // about to compute its wake-up time (and sees the new one).
+      { std::lock_guard<std::mutex> lock(maint_mu_); }
+      maint_cv_.notify_all();
+      return;
+    }
+  }
+}
+
+void TaskLifecycle::flush_progress() {
+  next_flush_ = std::numeric_limits<int64_t>::max();
+  std::vector<std::shared_ptr<RunProgress>> runs;
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    for (const auto &kv : active_)
+      if (kv.second->progress) runs.push_back(kv.second->progress);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto &p : runs) {
+    try {
+      p->flush_if_due(now);
+    } catch (const std::exception &e) {
+      log_.warn(std::string("saving a run's progress failed: ") + e.what());
+    }
+  }
+}
+
 void TaskLifecycle::renewer_loop() {
+  using Clock = std::chrono::steady_clock;
   const int poll = std::min({options_.renew_interval_ms, std::max(1, options_.cancel_poll_ms),
                              std::max(1, options_.progress_interval_ms)});
   const auto tick = std::chrono::milliseconds(std::max(5, poll / 4));
+  auto next_tick = Clock::now() + tick;
   std::unique_lock<std::mutex> lock(maint_mu_);
   while (!stop_maintenance_) {
-    maint_cv_.wait_for(lock, tick, [this] { return stop_maintenance_; });
-    if (stop_maintenance_) break;
+    // Wakes every tick, and when a held progress report falls due.
+    const Clock::time_point flush = Clock::time_point(Clock::duration(next_flush_.load()));
+    const Clock::time_point wake = std::min(next_tick, flush);
+    if (Clock::now() < wake) {
+      maint_cv_.wait_until(lock, wake);
+      continue;  // woken early (a sooner report, a stop) or on time: look again
+    }
+    const bool renew = Clock::now() >= next_tick;
+    const bool flush_due = flush <= Clock::now();
     lock.unlock();
     try {
-      renew_due();
+      if (renew) renew_due();
+      if (flush_due) flush_progress();
     } catch (const std::exception &e) {
       log_.error(std::string("lease renewal failed: ") + e.what());
     }
+    if (renew) next_tick = Clock::now() + tick;
     lock.lock();
   }
 }

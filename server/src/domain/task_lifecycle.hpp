@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -145,9 +146,18 @@ class TaskLifecycle {
   /// sweep runs at once).
   void start();
 
-  /// First step of stopping: refuses new Tasks and makes blocking waits
-  /// return at once. Idempotent.
+  /// First step of stopping: refuses new Tasks, starts no queued one, and
+  /// makes blocking waits return at once (TaskWatch::release_waiters;
+  /// streams go on). Idempotent.
   void begin_stop();
+
+  /// After begin_stop(): waits until no run is in progress (the runs
+  /// started here have ended) or `deadline` passes; true when none is.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+
+  /// Whether Task `id` is being run by an executor of this server now
+  /// (started, not yet ended). Thread-safe, cheap.
+  bool running_here(const std::string &id);
 
   /// Stops: no new Tasks; running executors get drain_timeout_ms (then
   /// cancel_requested is set); Tasks still queued are failed ("the server
@@ -228,7 +238,10 @@ class TaskLifecycle {
                 const std::function<bool(Task &)> &edit);
 
   /// One sweep: fails every submitted/working Task whose lease expired
-  /// (and that is not running here). Returns how many were settled.
+  /// (and that is not running here), and every one leased by this instance
+  /// id before this lifecycle was made (an earlier process of the same
+  /// instance, since ended; see ServerOptions::instance_file), at once.
+  /// Returns how many were settled.
   std::size_t settle_expired();
 
   /// Renews the leases of this instance's Tasks that are due, and re-reads
@@ -262,6 +275,7 @@ class TaskLifecycle {
   bool stopping() const noexcept { return stopping_.load(); }
 
  private:
+  class RunProgress;
   struct ActiveTask {
     std::atomic<bool> cancel{false};
     std::atomic<int64_t> lease_written_us{0};
@@ -277,8 +291,10 @@ class TaskLifecycle {
     std::atomic<bool> stored{true};
     std::mutex unsaved_mu;
     std::optional<Snapshot> unsaved;
+    /// The run's progress while its executor runs (under active_mu_), for
+    /// flush_progress().
+    std::shared_ptr<RunProgress> progress;
   };
-  class RunProgress;
   struct WorkItem {
     std::string id;
     std::shared_ptr<ActiveTask> active;
@@ -319,6 +335,11 @@ class TaskLifecycle {
   static void mark_stored(ActiveTask &active);
   void fail_unstarted(WorkItem &item, const char *why);
   bool settle_one(TaskRecord &rec);
+  /// A progress report is held until `when`: the renewer wakes then
+  /// (flush_progress) unless it is due to wake sooner. Thread-safe.
+  void flush_at(std::chrono::steady_clock::time_point when);
+  /// Saves the held progress reports that are due (the renewer's thread).
+  void flush_progress();
   void renewer_loop();
   void settler_loop();
   void set_lease(Task &task, int64_t expires_us) const;
@@ -356,10 +377,17 @@ class TaskLifecycle {
   std::mutex maint_mu_;
   std::condition_variable maint_cv_;
   bool stop_maintenance_ = false;
+  /// When the renewer next flushes held progress (steady_clock ticks;
+  /// max = nothing held).
+  std::atomic<int64_t> next_flush_{std::numeric_limits<int64_t>::max()};
   std::thread renewer_;
   std::thread settler_;
 
   std::atomic<bool> stopping_{false};
+  /// When this lifecycle was made (now_us()): a lease of this instance that
+  /// expires before start_us_ + lease_ms was written by an earlier process
+  /// of the same instance (see settle_one).
+  int64_t start_us_ = 0;
   std::once_flag stop_once_;
   bool started_ = false;
 };

@@ -66,6 +66,36 @@ void TaskWatch::stop() {
   }
 }
 
+void TaskWatch::release_waiters() {
+  waits_released_ = true;
+  for (Shard &s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto &kv : s.entries) kv.second->cv.notify_all();
+  }
+}
+
+void TaskWatch::mark_all_dirty() {
+  std::vector<std::string> ids;
+  for (Shard &s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto &kv : s.entries)
+      if (!kv.second->subs.empty()) ids.push_back(kv.first);
+  }
+  for (const std::string &id : ids) mark_dirty(id);
+}
+
+void TaskWatch::begin_drain(std::function<bool(const std::string &)> running_here) {
+  if (draining_.load()) return;
+  running_here_ = std::move(running_here);
+  draining_ = true;
+  mark_all_dirty();
+}
+
+void TaskWatch::end_drain() {
+  drain_over_ = true;
+  mark_all_dirty();
+}
+
 TaskWatch::Shard &TaskWatch::shard(std::string_view id) {
   return shards_[std::hash<std::string_view>{}(id) % shards_.size()];
 }
@@ -135,7 +165,7 @@ SnapshotPtr TaskWatch::wait(Hold &h, const std::function<bool(const Snapshot &)>
   std::unique_lock<std::mutex> lock(s.mu);
   Entry &e = *h.entry_;
   for (;;) {
-    if (e.gone || e.error || stopping_.load() || (e.latest && done(*e.latest))) break;
+    if (e.gone || e.error || stopping_.load() || waits_released_.load() || (e.latest && done(*e.latest))) break;
     if (e.cv.wait_until(lock, deadline) == std::cv_status::timeout) break;
   }
   if (e.error) throw *e.error;
@@ -171,6 +201,11 @@ bool TaskWatch::subscribe(Hold &h, std::shared_ptr<TaskSubscriber> sub) {
 void TaskWatch::poke(const std::string &id) { mark_dirty(id); }
 
 void TaskWatch::deliver(const std::string &id) {
+  // Asked before the newest record is read: a run that has ended here
+  // published its last record before it stopped counting as running, so a
+  // subscriber let go below has been delivered everything the run saved.
+  const bool draining = draining_.load();
+  const bool stays = draining && !drain_over_.load() && running_here_ && running_here_(id);
   Shard &s = shard(id);
   std::vector<std::shared_ptr<TaskSubscriber>> subs;
   SnapshotPtr latest;
@@ -195,6 +230,10 @@ void TaskWatch::deliver(const std::string &id) {
         keep = false;
       } else if (latest) {
         keep = sub->on_update(latest, e->shared);
+      }
+      if (keep && draining && !stays) {
+        sub->on_server_stop();
+        keep = false;
       }
     } catch (const std::exception &ex) {
       log_.error("Task " + in_quotes(id) + ": a subscriber failed: " + ex.what());

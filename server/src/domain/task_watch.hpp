@@ -86,6 +86,12 @@ class TaskSubscriber {
   virtual void on_gone() = 0;
   /// Called every idle_tick_ms. Returns false when finished.
   virtual bool on_idle(std::chrono::steady_clock::time_point now) = 0;
+  /// The server is stopping and this subscriber's Task goes on without it
+  /// (it runs elsewhere, is parked, or outlived the drain; see
+  /// TaskWatch::begin_drain): the subscriber tells its client to go on
+  /// elsewhere and ends. Called at most once, after the Task's newest record
+  /// was delivered; the subscriber is dropped after.
+  virtual void on_server_stop() = 0;
   const std::string &task_id() const noexcept { return task_id_; }
 
  private:
@@ -111,6 +117,23 @@ class TaskWatch {
   /// Stops both; subscribers still registered are dropped (their streams
   /// are ended by whoever owns them). Waiters return at once. Idempotent.
   void stop();
+
+  /// Stopping, step 1: every wait() returns now and no later one waits
+  /// (blocking requests end), while subscribers go on being delivered to.
+  /// Idempotent.
+  void release_waiters();
+  /// Stopping, step 2 (the drain): from now on, each time a subscriber has
+  /// been delivered the newest record of its Task and goes on, it gets
+  /// on_server_stop() and is dropped unless `running_here(task id)` says
+  /// that the Task runs on this server (then it goes on, and ends as usual
+  /// when its Task does). Every subscriber is looked at once at the start.
+  /// `running_here` is called on the delivery thread; it must be cheap and
+  /// thread-safe. Call once.
+  void begin_drain(std::function<bool(const std::string &)> running_here);
+  /// Stopping, step 3 (the drain is over): every subscriber left gets its
+  /// newest record, then on_server_stop(), and is dropped. Call after
+  /// begin_drain().
+  void end_drain();
 
   /// News of a save made here: `snap` is the Task as saved. Copies it only
   /// when someone watches the Task. Never blocks on I/O.
@@ -213,6 +236,8 @@ class TaskWatch {
   /// Under the shard lock: forgets the entry when nobody uses it.
   void release(Shard &s, const std::string &id, const std::shared_ptr<Entry> &e);
   void unhold(Hold &h);
+  /// Queues delivery to every Task that has subscribers.
+  void mark_all_dirty();
   void deliver_loop();
   void poll_loop();
   void deliver(const std::string &id);
@@ -232,6 +257,13 @@ class TaskWatch {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   std::atomic<bool> stopping_{false};
+  /// release_waiters() was called.
+  std::atomic<bool> waits_released_{false};
+  /// begin_drain() / end_drain() were called; running_here_ is set before
+  /// draining_ and not changed after.
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> drain_over_{false};
+  std::function<bool(const std::string &)> running_here_;
   std::thread deliverer_;
   std::thread poller_;
   bool started_ = false;

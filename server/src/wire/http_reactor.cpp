@@ -304,6 +304,9 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
 
   std::thread loop_thread;
   std::atomic<bool> stopping{false};
+  /// Streams still open are ended (stop(), once the grace time is over;
+  /// until then whoever writes a stream ends it).
+  std::atomic<bool> end_streams{false};
   std::atomic<bool> stop_loop{false};
   Clock::time_point stop_deadline{};
   bool started = false;
@@ -916,7 +919,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
                      c.peer.toString() + ": the client read nothing for " +
                      std::to_string(limits.stream_stall_ms) + " ms");
             close_conn(c);
-          } else if (stopping.load() && c.stream && !SseStream::Internal::end_requested(*c.stream)) {
+          } else if (end_streams.load() && c.stream && !SseStream::Internal::end_requested(*c.stream)) {
             c.stream->end();
           }
           break;
@@ -1098,13 +1101,19 @@ void HttpReactor::start() {
   m.loop_thread = start_named_thread("tnx-reactor", [&m] { m.loop(); });
 }
 
+void HttpReactor::begin_stop() {
+  Impl &m = *impl_;
+  if (!m.started || m.stopped) return;
+  m.stopping = true;
+  m.wake();
+}
+
 void HttpReactor::stop(int grace_ms) {
   Impl &m = *impl_;
   if (!m.started || m.stopped) return;
+  // 1. No new connections; idle ones close at the next tick.
+  begin_stop();
   m.stopped = true;
-  // 1. No new connections; idle ones close at the next tick, streams end.
-  m.stopping = true;
-  m.wake();
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(0, grace_ms));
   // 2. Requests being handled finish and their answers are written.
   for (;;) {
@@ -1123,6 +1132,13 @@ void HttpReactor::stop(int grace_ms) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // 3. Streams nobody ended are ended now (their queued frames written).
+  if (const std::size_t open = m.n_streams.load(); open != 0) {
+    m.log.warn("stopping: " + std::to_string(open) + " stream(s) still open after the drain timeout; ending them");
+    m.end_streams = true;
+    m.wake();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
   }
   // Give written answers a moment to leave (writes are non-blocking).
   std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));

@@ -202,10 +202,13 @@ class HttpReactor {
 
   /// Starts the loop thread and the workers.
   void start();
-  /// Stops accepting; closes idle connections; lets requests being handled
-  /// finish and their answers be written (up to `grace_ms`); ends open
-  /// streams (their queued events are flushed within the grace time); then
-  /// closes everything and joins the threads. Idempotent.
+  /// Stops accepting and closes idle connections; requests being handled
+  /// and open streams go on (answers say Connection: close). Idempotent.
+  void begin_stop();
+  /// begin_stop(), then lets requests being handled finish and their
+  /// answers be written, and streams end (their writers end them), up to
+  /// `grace_ms`; then ends the streams still open (their queued events
+  /// written), closes everything and joins the threads. Idempotent.
   void stop(int grace_ms);
 
   /// Open sockets (idle, reading, handled, writing, streaming).
