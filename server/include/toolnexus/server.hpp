@@ -229,10 +229,12 @@ struct PushOptions {
   /// false: the card says pushNotifications: false and the config methods
   /// answer -32003 PushNotificationNotSupported.
   bool enabled = true;
-  /// Webhook addresses in loopback, private, link-local and other special
-  /// ranges are refused (SSRF; A2A v1.0 section 13.2) unless one of these
-  /// CIDR ranges holds them ("127.0.0.0/8", "10.1.0.0/16", "::1/128"); "*"
-  /// allows every address.
+  /// Webhook addresses that the IANA IPv4/IPv6 special-purpose registries
+  /// say are not globally reachable (loopback, private, link-local, ...;
+  /// an IPv6 form carrying an IPv4 address is judged by that address) are
+  /// refused (SSRF; A2A v1.0 section 13.2) unless one of these CIDR ranges
+  /// holds them ("127.0.0.0/8", "10.1.0.0/16", "::1/128"); "*" allows every
+  /// address. See docs/streaming.md, "Targets (SSRF)".
   std::vector<std::string> allow_targets;
   /// Per POST: connect, send and receive timeout.
   int timeout_ms = 10000;

@@ -9,18 +9,15 @@
 
 #include <Poco/Exception.h>
 #include <Poco/Net/Context.h>
-#include <Poco/Net/DNS.h>
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/HTTPSClientSession.h>
-#include <Poco/Net/HostEntry.h>
 #include <Poco/Net/SecureStreamSocket.h>
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/URI.h>
 
 #include <algorithm>
-#include <cstring>
 #include <istream>
 #include <random>
 
@@ -33,51 +30,6 @@ namespace {
 [[noreturn]] void bad(const std::string &field, const std::string &what) {
   throw RpcError(rpc_code::kInvalidParams, "invalid params: " + field + " " + what, field);
 }
-
-// Does `a` lie in net/prefix? (Same family only.)
-bool in_range(const Poco::Net::IPAddress &a, const Poco::Net::IPAddress &net, unsigned prefix) {
-  if (a.family() != net.family()) return false;
-  const auto *x = static_cast<const unsigned char *>(a.addr());
-  const auto *y = static_cast<const unsigned char *>(net.addr());
-  const unsigned bytes = prefix / 8, bits = prefix % 8;
-  if (std::memcmp(x, y, bytes) != 0) return false;
-  if (bits == 0) return true;
-  const unsigned char mask = static_cast<unsigned char>(0xff << (8 - bits));
-  return (x[bytes] & mask) == (y[bytes] & mask);
-}
-
-struct Refused {
-  const char *net;
-  unsigned prefix;
-  const char *why;
-};
-
-// Ranges a webhook may not reach unless allowed (A2A v1.0 section 13.2;
-// IANA special-purpose registries, RFC 6890).
-const Refused kRefused[] = {
-    {"0.0.0.0", 8, "an unspecified (this-network) address"},
-    {"127.0.0.0", 8, "a loopback address"},
-    {"10.0.0.0", 8, "a private address"},
-    {"172.16.0.0", 12, "a private address"},
-    {"192.168.0.0", 16, "a private address"},
-    {"100.64.0.0", 10, "a shared (carrier-grade NAT) address"},
-    {"169.254.0.0", 16, "a link-local address"},
-    {"192.0.0.0", 24, "an IETF protocol address"},
-    {"192.0.2.0", 24, "a documentation address"},
-    {"198.18.0.0", 15, "a benchmarking address"},
-    {"198.51.100.0", 24, "a documentation address"},
-    {"203.0.113.0", 24, "a documentation address"},
-    {"224.0.0.0", 4, "a multicast address"},
-    {"240.0.0.0", 4, "a reserved address"},
-    {"::", 128, "the unspecified address"},
-    {"::1", 128, "a loopback address"},
-    {"fc00::", 7, "a unique-local (private) address"},
-    {"fe80::", 10, "a link-local address"},
-    {"fec0::", 10, "a site-local (private) address"},
-    {"ff00::", 8, "a multicast address"},
-    {"2001:db8::", 32, "a documentation address"},
-    {"64:ff9b::", 96, "a NAT64 address (it reaches IPv4 space)"},
-};
 
 // scheme://host:port of a webhook URL, for logs (its path and query may
 // carry secrets).
@@ -147,81 +99,6 @@ int64_t next_attempt_us(const rapidjson::Value &c) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Targets
-// ---------------------------------------------------------------------------
-
-TargetPolicy::TargetPolicy(const std::vector<std::string> &allow) {
-  for (const std::string &entry : allow) {
-    if (entry == "*") {
-      any_ = true;
-      continue;
-    }
-    const auto slash = entry.find('/');
-    Poco::Net::IPAddress net;
-    if (!Poco::Net::IPAddress::tryParse(entry.substr(0, slash), net))
-      throw std::invalid_argument("push.allow_targets: '" + entry + "' is not an IP address or CIDR range");
-    const unsigned max = net.family() == Poco::Net::AddressFamily::IPv4 ? 32 : 128;
-    unsigned prefix = max;
-    if (slash != std::string::npos) {
-      const std::string p = entry.substr(slash + 1);
-      if (p.empty() || p.size() > 3 || p.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoul(p) > max)
-        throw std::invalid_argument("push.allow_targets: '" + entry + "' has a bad prefix length");
-      prefix = static_cast<unsigned>(std::stoul(p));
-    }
-    allow_.emplace_back(net, prefix);
-  }
-}
-
-std::string TargetPolicy::refusal(const Poco::Net::IPAddress &addr) const {
-  Poco::Net::IPAddress a = addr;
-  // An IPv4-mapped IPv6 address is judged as the IPv4 address it maps.
-  if (a.family() == Poco::Net::AddressFamily::IPv6 && a.isIPv4Mapped()) {
-    const auto *b = static_cast<const unsigned char *>(a.addr());
-    a = Poco::Net::IPAddress(b + 12, 4);
-  }
-  if (any_) return {};
-  for (const auto &[net, prefix] : allow_)
-    if (in_range(a, net, prefix)) return {};
-  for (const Refused &r : kRefused) {
-    Poco::Net::IPAddress net(r.net);
-    if (in_range(a, net, r.prefix)) return r.why;
-  }
-  return {};
-}
-
-std::vector<Poco::Net::IPAddress> TargetPolicy::addresses(const std::string &host) const {
-  std::vector<Poco::Net::IPAddress> all;
-  Poco::Net::IPAddress literal;
-  std::string h = host;
-  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (Poco::Net::IPAddress::tryParse(h, literal)) {
-    all.push_back(literal);
-  } else {
-    try {
-      const Poco::Net::HostEntry he = Poco::Net::DNS::resolve(h);
-      all = he.addresses();
-    } catch (const Poco::Exception &e) {
-      throw std::runtime_error("cannot resolve '" + h + "': " + e.displayText());
-    }
-  }
-  std::vector<Poco::Net::IPAddress> ok;
-  std::string first_refusal;
-  for (const auto &a : all) {
-    const std::string why = refusal(a);
-    if (why.empty()) ok.push_back(a);
-    else if (first_refusal.empty()) first_refusal = a.toString() + " is " + why;
-  }
-  if (ok.empty()) {
-    if (first_refusal.empty()) throw std::runtime_error("'" + h + "' has no address");
-    throw std::runtime_error("'" + h + "' resolves to " + first_refusal +
-                             ", which push notifications may not reach (an operator can allow it with "
-                             "push.allow_targets)");
-  }
-  return ok;
-}
 
 // ---------------------------------------------------------------------------
 // Configs

@@ -28,18 +28,17 @@
 //
 // Targets (SSRF, section 13.2): a webhook URL must be http or https; its
 // host is resolved at config time and again at each delivery, and the POST
-// goes to a resolved address that is allowed: loopback, private, link-local,
-// CGNAT, multicast, unspecified and documentation ranges are refused unless
-// PushOptions::allow_targets lists them (CIDR, or "*").
+// goes to a resolved address that is allowed: what the IANA special-purpose
+// registries say is not globally reachable is refused unless
+// PushOptions::allow_targets lists it (CIDR, or "*"); see push_targets.hpp.
 #ifndef TOOLNEXUS_SERVER_PUSH_HPP
 #define TOOLNEXUS_SERVER_PUSH_HPP
 
+#include "delivery/push_targets.hpp"
 #include "wire/dialect.hpp"
 #include "common/log.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/server.hpp"
-
-#include <Poco/Net/IPAddress.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -69,25 +68,6 @@ struct PushConfig {
   std::string credentials;
   /// The dialect of the method that created it: deliveries use its shapes.
   Dialect dialect = Dialect::v1_0;
-};
-
-/// Which webhook addresses may be contacted.
-class TargetPolicy {
- public:
-  /// `allow`: CIDR ranges ("127.0.0.0/8", "::1/128", "10.0.0.5") allowed
-  /// even though they are private, or "*" for any. Throws
-  /// std::invalid_argument naming a bad entry.
-  explicit TargetPolicy(const std::vector<std::string> &allow);
-  /// Why `a` may not be contacted ("" = it may).
-  std::string refusal(const Poco::Net::IPAddress &a) const;
-  /// The addresses of `host` that may be contacted, in resolver order.
-  /// Throws std::runtime_error saying why none (cannot resolve; every
-  /// address refused, naming the first and why).
-  std::vector<Poco::Net::IPAddress> addresses(const std::string &host) const;
-
- private:
-  bool any_ = false;
-  std::vector<std::pair<Poco::Net::IPAddress, unsigned>> allow_;
 };
 
 /// Reads a config from a request: v1.0 TaskPushNotificationConfig ({"url",
