@@ -124,7 +124,7 @@ config file:
    "push": {"enabled": true, "allow_targets": ["10.0.0.0/8"], "timeout_ms": 10000,
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
             "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
-            "max_configs_per_task": 10},
+            "max_in_flight": 64, "max_in_flight_per_target": 2, "max_configs_per_task": 10},
    "progress_interval_ms": 100, "echo_chunk_delay_ms": 0,
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
            "api_key_env": "OPENAI_API_KEY", "system_prompt": "...",
@@ -249,7 +249,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
                  {"enabled", "allow_targets", "timeout_ms", "max_attempts", "backoff_initial_ms", "backoff_max_ms",
-                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_configs_per_task"});
+                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_in_flight", "max_in_flight_per_target",
+                  "max_configs_per_task"});
     if (const rapidjson::Value *en = member(*pu, "enabled")) {
       if (!en->IsBool()) throw UsageError(file + ": push.enabled must be true or false");
       o.push.enabled = en->GetBool();
@@ -273,6 +274,10 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_int(c, *pu, "sweep_interval_ms", "push.sweep_interval_ms", 1, kMaxMs))
       o.push.sweep_interval_ms = to_int(*v);
     if (auto v = config_int(c, *pu, "workers", "push.workers", 1, 64)) o.push.workers = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *pu, "max_in_flight", "push.max_in_flight", 1, 4096))
+      o.push.max_in_flight = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *pu, "max_in_flight_per_target", "push.max_in_flight_per_target", 1, 4096))
+      o.push.max_in_flight_per_target = static_cast<unsigned>(*v);
     if (auto v = config_int(c, *pu, "max_configs_per_task", "push.max_configs_per_task", 1, 1000))
       o.push.max_configs_per_task = static_cast<std::size_t>(*v);
   }

@@ -250,8 +250,18 @@ struct PushOptions {
   /// How often the store is swept for deliveries left unfinished (by a
   /// restart, or another server); also once at start.
   int sweep_interval_ms = 60000;
-  /// Delivery threads.
+  /// Delivery threads kept running when idle. Deliveries are queued per
+  /// target (a webhook's scheme://host:port) and taken round robin over
+  /// targets; more threads are started on demand, up to max_in_flight, so a
+  /// target that hangs until timeout_ms holds one thread, not the queue.
   unsigned workers = 2;
+  /// POSTs in flight at once, in all (the most delivery threads). Targets
+  /// whose last delivery failed together hold at most
+  /// max_in_flight - max(1, max_in_flight / 4) of them, and one each.
+  unsigned max_in_flight = 64;
+  /// POSTs in flight at once to one target (each for a different Task; one
+  /// Task's events to a config go one at a time, in order).
+  unsigned max_in_flight_per_target = 2;
   /// Configs one Task may have.
   std::size_t max_configs_per_task = 10;
 };

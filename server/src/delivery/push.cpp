@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <istream>
+#include <map>
+#include <optional>
 #include <random>
 
 namespace toolnexus::server_detail {
@@ -262,16 +264,47 @@ void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view ta
 // Delivery
 // ---------------------------------------------------------------------------
 
+std::string target_of(std::string_view url) {
+  try {
+    Poco::URI u{std::string(url)};
+    return lower(u.getScheme() + "://" + u.getHost() + ":" + std::to_string(u.getPort()));
+  } catch (const Poco::Exception &) {
+    return {};
+  }
+}
+
+namespace {
+
+PushScheduler::Limits limits_of(const PushOptions &o) {
+  PushScheduler::Limits l;
+  l.min_threads = o.workers;
+  l.max_in_flight = o.max_in_flight;
+  l.max_in_flight_per_target = o.max_in_flight_per_target;
+  return l;
+}
+
+}  // namespace
+
 PushDeliverer::PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, const Logger &log)
-    : lifecycle_(lifecycle), options_(std::move(options)), log_(log), policy_(options_.allow_targets) {}
+    : lifecycle_(lifecycle),
+      options_(std::move(options)),
+      log_(log),
+      policy_(options_.allow_targets),
+      scheduler_(limits_of(options_), [this](const std::string &target, const std::string &id) {
+        try {
+          return deliver(target, id);
+        } catch (const std::exception &e) {
+          log_.error("push delivery of Task '" + id + "' to " + target + " failed: " + e.what());
+          return false;
+        }
+      }) {}
 
 PushDeliverer::~PushDeliverer() { stop(); }
 
 void PushDeliverer::start() {
   if (started_) return;
   started_ = true;
-  const unsigned n = std::max(1u, options_.workers);
-  for (unsigned i = 0; i < n; ++i) workers_.push_back(start_named_thread("tnx-push", [this] { worker_loop(); }));
+  scheduler_.start();
   sweeper_ = start_named_thread("tnx-push-sweep", [this] { sweep_loop(); });
 }
 
@@ -281,81 +314,28 @@ void PushDeliverer::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
   sweep_cv_.notify_all();
-  for (auto &w : workers_) w.join();
-  workers_.clear();
+  scheduler_.stop();
   if (sweeper_.joinable()) sweeper_.join();
-}
-
-void PushDeliverer::schedule(const std::string &id, Clock::time_point when) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    auto it = scheduled_.find(id);
-    if (it != scheduled_.end()) {
-      if (it->second <= when) return;
-      for (auto d = due_.equal_range(it->second); d.first != d.second; ++d.first) {
-        if (d.first->second == id) {
-          due_.erase(d.first);
-          break;
-        }
-      }
-    }
-    scheduled_[id] = when;
-    due_.emplace(when, id);
-  }
-  // Every worker recomputes its wait: one sleeping until a later item
-  // must see this earlier one.
-  cv_.notify_all();
 }
 
 void PushDeliverer::notify(const Snapshot &snap) {
   const rapidjson::Value *configs = configs_of(snap.task);
   if (configs == nullptr) return;
   const uint64_t seq = event_seq(snap.task);
-  int64_t earliest = INT64_MAX;
+  // Per target: the earliest attempt due.
+  std::map<std::string, int64_t> earliest;
   for (const auto &c : configs->GetArray()) {
     if (!c.IsObject() || !due(c, seq)) continue;
-    earliest = std::min(earliest, next_attempt_us(c));
+    const std::string target = target_of(str(find(c, "url")));
+    const int64_t at = next_attempt_us(c);
+    auto [it, fresh] = earliest.emplace(target, at);
+    if (!fresh) it->second = std::min(it->second, at);
   }
-  if (earliest == INT64_MAX) return;
-  const int64_t wait_us = std::max<int64_t>(0, earliest - now_us());
-  schedule(std::string(snap.task.id()), Clock::now() + std::chrono::microseconds(wait_us));
-}
-
-void PushDeliverer::worker_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    if (due_.empty()) {
-      cv_.wait(lock);
-      continue;
-    }
-    auto it = due_.begin();
-    if (it->first > Clock::now()) {
-      // A copy: another thread may erase the entry while this one waits.
-      const Clock::time_point when = it->first;
-      cv_.wait_until(lock, when);
-      continue;
-    }
-    const std::string id = it->second;
-    due_.erase(it);
-    scheduled_.erase(id);
-    if (!in_flight_.insert(id).second) {
-      // Another worker delivers it now; look again shortly after.
-      scheduled_[id] = Clock::now() + std::chrono::milliseconds(50);
-      due_.emplace(scheduled_[id], id);
-      continue;
-    }
-    lock.unlock();
-    try {
-      deliver(id);
-    } catch (const std::exception &e) {
-      log_.error("push delivery of Task '" + id + "' failed: " + e.what());
-    }
-    lock.lock();
-    in_flight_.erase(id);
-  }
+  const int64_t now = now_us();
+  const std::string id(snap.task.id());
+  for (const auto &[target, at] : earliest)
+    scheduler_.schedule(target, id, Clock::now() + std::chrono::microseconds(std::max<int64_t>(0, at - now)));
 }
 
 void PushDeliverer::sweep_loop() {
@@ -407,12 +387,12 @@ void PushDeliverer::sweep() {
   }
 }
 
-void PushDeliverer::deliver(const std::string &id) {
+bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
   std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
-  if (!rec) return;
+  if (!rec) return true;
   const Task task = rec->task();
   const rapidjson::Value *configs = configs_of(task);
-  if (configs == nullptr) return;
+  if (configs == nullptr) return true;
   const uint64_t seq = event_seq(task);
   const int64_t now = now_us();
 
@@ -425,6 +405,7 @@ void PushDeliverer::deliver(const std::string &id) {
   for (const auto &c : configs->GetArray()) {
     if (!c.IsObject() || !due(c, seq) || next_attempt_us(c) > now) continue;
     const PushConfig cfg = config_from_stored(c);
+    if (target_of(cfg.url) != target) continue;
     Outcome o;
     o.id = cfg.id;
     o.delivered = u64(c, "delivered");
@@ -452,8 +433,10 @@ void PushDeliverer::deliver(const std::string &id) {
   if (outcomes.empty()) {
     // Nothing due yet: come back at the earliest retry.
     notify(Snapshot{task, rec->version, rec->owner, rec->tenant});
-    return;
+    return true;
   }
+  const bool all_sent =
+      std::all_of(outcomes.begin(), outcomes.end(), [](const Outcome &o) { return o.error.empty(); });
   // Record what was delivered (and the failures), with compare-and-set.
   bool retry = false;
   try {
@@ -514,11 +497,12 @@ void PushDeliverer::deliver(const std::string &id) {
       return changed;
     });
   } catch (const LifecycleError &) {
-    return;  // the Task is gone
+    return all_sent;  // the Task is gone
   }
   // The save was published: notify() schedules the retry or the events that
   // arrived meanwhile.
   (void)retry;
+  return all_sent;
 }
 
 std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id, const std::string &body) {
