@@ -93,7 +93,8 @@ options (flags override the config file):
   --echo-chunk-delay-ms MS pause between the chunks of the echo agent's reply
                            (default 0)
   --allow-push-target CIDR let push notifications reach this range although
-                           it is loopback/private (repeatable; "*" = any)
+                           it is not globally reachable (loopback, private,
+                           ...; repeatable; "*" = any)
   --no-push                turn push notifications off (card: false; the
                            config methods answer -32003)
   --log-level LEVEL        error, warn, info (default) or debug (one line per
