@@ -98,7 +98,7 @@ const Row kIPv6[] = {
 
 using V4 = std::array<unsigned char, 4>;
 
-// Do the first `prefix` bits of `a` and `net` (each `len` bytes) agree?
+// Do the first `prefix` bits of `a` and `net` agree?
 bool prefix_match(const unsigned char *a, const unsigned char *net, unsigned prefix) {
   const unsigned bytes = prefix / 8, bits = prefix % 8;
   if (std::memcmp(a, net, bytes) != 0) return false;
