@@ -111,7 +111,8 @@ options (flags override the config file):
                            PATH.toolnexus-instance for sqlite:PATH, none
                            otherwise; "-" = none
   --allow-push-target CIDR let push notifications reach this range although
-                           it is loopback/private (repeatable; "*" = any)
+                           it is not globally reachable (loopback, private,
+                           ...; repeatable; "*" = any)
   --no-push                turn push notifications off (card: false; the
                            config methods answer -32003)
   --log-level LEVEL        error, warn, info (default) or debug (one line per
@@ -143,7 +144,7 @@ config file:
    "push": {"enabled": true, "allow_targets": ["10.0.0.0/8"], "timeout_ms": 10000,
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
             "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
-            "max_configs_per_task": 10},
+            "max_in_flight": 64, "max_in_flight_per_target": 2, "max_configs_per_task": 10},
    "progress_interval_ms": 100, "echo_chunk_delay_ms": 0, "drain_timeout_ms": 10000,
    "instance_id": "...", "instance_file": "...",
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
@@ -275,7 +276,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
                  {"enabled", "allow_targets", "timeout_ms", "max_attempts", "backoff_initial_ms", "backoff_max_ms",
-                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_configs_per_task"});
+                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_in_flight", "max_in_flight_per_target",
+                  "max_configs_per_task"});
     if (const rapidjson::Value *en = member(*pu, "enabled")) {
       if (!en->IsBool()) throw UsageError(file + ": push.enabled must be true or false");
       o.push.enabled = en->GetBool();
@@ -299,6 +301,10 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_int(c, *pu, "sweep_interval_ms", "push.sweep_interval_ms", 1, kMaxMs))
       o.push.sweep_interval_ms = to_int(*v);
     if (auto v = config_int(c, *pu, "workers", "push.workers", 1, 64)) o.push.workers = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *pu, "max_in_flight", "push.max_in_flight", 1, 4096))
+      o.push.max_in_flight = static_cast<unsigned>(*v);
+    if (auto v = config_int(c, *pu, "max_in_flight_per_target", "push.max_in_flight_per_target", 1, 4096))
+      o.push.max_in_flight_per_target = static_cast<unsigned>(*v);
     if (auto v = config_int(c, *pu, "max_configs_per_task", "push.max_configs_per_task", 1, 1000))
       o.push.max_configs_per_task = static_cast<std::size_t>(*v);
   }

@@ -518,7 +518,7 @@ TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain,
     Connection conn(port_of(url)), conn03(port_of(url)), conn_rest(port_of(url));
     SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(task) + "}", "7", "A2A-Version: 1.0\r\n"));
     SseReader sse03(conn03, rpc_request("tasks/resubscribe", R"({"id":)" + q(task) + "}", "8"));
-    SseReader sse_rest(conn_rest, "GET /tasks/" + task + ":subscribe HTTP/1.1\r\nHost: x\r\n\r\n");
+    SseReader sse_rest(conn_rest, "GET /tasks/" + task + ":subscribe HTTP/1.1\r\nHost: localhost\r\n\r\n");
     auto snap = sse.next();
     REQUIRE(snap);
     REQUIRE(sse03.next());

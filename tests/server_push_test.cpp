@@ -296,3 +296,82 @@ TEST_CASE("configs are owner-scoped and go with their Task") {
   server.store()->remove(id);
   CHECK(error_code(alice.call("tasks/pushNotificationConfig/list", R"({"id":)" + q(id) + "}")) == -32001);
 }
+
+TEST_CASE("webhooks that never answer do not delay another target's notifications (issue 19 item 5)") {
+  // 20 webhooks that take the connection (the kernel accepts it into the
+  // listen backlog) and never answer, each the target of one Task, with
+  // the report's settings (push.workers 2) and a timeout that makes every
+  // POST to them hang for kHangMs; then a Task whose webhook answers.
+  // Before, deliveries queued behind each other's timeouts: the healthy
+  // webhook's first POST came after 20 / 2 timeouts (30.7 s reported with
+  // a 3 s timeout). It must come well within one of those timeouts.
+  constexpr int kHanging = 20;
+  constexpr auto kHangMs = 6000ms;
+  std::vector<Poco::Net::ServerSocket> hanging;
+  for (int i = 0; i < kHanging; ++i) hanging.emplace_back(Poco::Net::SocketAddress("127.0.0.1", 0), 64);
+  Receiver healthy;
+  auto o = push_options();
+  o.push.workers = 2;
+  o.push.timeout_ms = static_cast<int>(kHangMs.count());
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  for (auto &h : hanging) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(h.address().port()) + "/hook";
+    auto sent = c.call("SendMessage", v1_send("hang", R"({"taskPushNotificationConfig":{"url":)" + q(url) + "}}"), "1", kV1);
+    REQUIRE(sent["result"].HasMember("task"));
+  }
+  std::this_thread::sleep_for(200ms);  // every delivery thread is in a hanging POST
+  const auto start = std::chrono::steady_clock::now();
+  auto sent = c.call("SendMessage", v1_send("healthy", R"({"taskPushNotificationConfig":{"url":)" + q(healthy.url()) + "}}"),
+                     "2", kV1);
+  REQUIRE(sent["result"].HasMember("task"));
+  // Half of one hanging POST's timeout: a bound a loaded machine keeps.
+  const bool arrived = eventually([&] { return !healthy.got().empty(); }, kHangMs / 2);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  MESSAGE("the healthy webhook's first POST came after " << ms.count() << " ms");
+  CHECK(arrived);
+  // And it gets every event, in order, while the others still hang.
+  REQUIRE(eventually([&] { return healthy.got().size() >= 4; }, kHangMs / 2));
+  CHECK(v1_kinds(healthy.got()) ==
+        std::vector<std::string>{"status:TASK_STATE_SUBMITTED", "status:TASK_STATE_WORKING", "artifact",
+                                 "status:TASK_STATE_COMPLETED"});
+}
+
+TEST_CASE("failing targets leave a quarter of push.max_in_flight to the others (issue 19 item 5)") {
+  // 8 webhooks that never answer, retried every 100-400 ms, and only 4 POSTs
+  // in flight at once: once each has failed, they hold at most 3 threads
+  // between them, so a healthy webhook's first POST does not wait for one
+  // of their timeouts.
+  constexpr auto kHangMs = 2000ms;
+  std::vector<Poco::Net::ServerSocket> hanging;
+  for (int i = 0; i < 8; ++i) hanging.emplace_back(Poco::Net::SocketAddress("127.0.0.1", 0), 64);
+  Receiver healthy;
+  auto o = push_options();
+  o.push.workers = 2;
+  o.push.max_in_flight = 4;
+  o.push.timeout_ms = static_cast<int>(kHangMs.count());
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  std::vector<std::string> ids;
+  for (auto &h : hanging) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(h.address().port()) + "/hook";
+    auto sent = c.call("SendMessage", v1_send("hang", R"({"taskPushNotificationConfig":{"url":)" + q(url) + "}}"), "1", kV1);
+    REQUIRE(sent["result"].HasMember("task"));
+    ids.push_back(sent["result"]["task"]["id"].GetString());
+  }
+  REQUIRE(eventually(
+      [&] {
+        for (const std::string &id : ids)
+          if (!stored_task(server, id)["metadata"]["toolnexus/push"]["configs"][0].HasMember("attempts")) return false;
+        return true;
+      },
+      kHangMs * 4));
+  const auto start = std::chrono::steady_clock::now();
+  auto sent = c.call("SendMessage", v1_send("healthy", R"({"taskPushNotificationConfig":{"url":)" + q(healthy.url()) + "}}"),
+                     "2", kV1);
+  REQUIRE(sent["result"].HasMember("task"));
+  const bool arrived = eventually([&] { return !healthy.got().empty(); }, kHangMs / 2);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  MESSAGE("the healthy webhook's first POST came after " << ms.count() << " ms");
+  CHECK(arrived);
+}

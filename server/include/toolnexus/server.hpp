@@ -250,10 +250,12 @@ struct PushOptions {
   /// false: the card says pushNotifications: false and the config methods
   /// answer -32003 PushNotificationNotSupported.
   bool enabled = true;
-  /// Webhook addresses in loopback, private, link-local and other special
-  /// ranges are refused (SSRF; A2A v1.0 section 13.2) unless one of these
-  /// CIDR ranges holds them ("127.0.0.0/8", "10.1.0.0/16", "::1/128"); "*"
-  /// allows every address.
+  /// Webhook addresses that the IANA IPv4/IPv6 special-purpose registries
+  /// say are not globally reachable (loopback, private, link-local, ...;
+  /// an IPv6 form carrying an IPv4 address is judged by that address) are
+  /// refused (SSRF; A2A v1.0 section 13.2) unless one of these CIDR ranges
+  /// holds them ("127.0.0.0/8", "10.1.0.0/16", "::1/128"); "*" allows every
+  /// address. See docs/streaming.md, "Targets (SSRF)".
   std::vector<std::string> allow_targets;
   /// Per POST: connect, send and receive timeout.
   int timeout_ms = 10000;
@@ -269,8 +271,18 @@ struct PushOptions {
   /// How often the store is swept for deliveries left unfinished (by a
   /// restart, or another server); also once at start.
   int sweep_interval_ms = 60000;
-  /// Delivery threads.
+  /// Delivery threads kept running when idle. Deliveries are queued per
+  /// target (a webhook's scheme://host:port) and taken round robin over
+  /// targets; more threads are started on demand, up to max_in_flight, so a
+  /// target that hangs until timeout_ms holds one thread, not the queue.
   unsigned workers = 2;
+  /// POSTs in flight at once, in all (the most delivery threads). Targets
+  /// whose last delivery failed together hold at most
+  /// max_in_flight - max(1, max_in_flight / 4) of them, and one each.
+  unsigned max_in_flight = 64;
+  /// POSTs in flight at once to one target (each for a different Task; one
+  /// Task's events to a config go one at a time, in order).
+  unsigned max_in_flight_per_target = 2;
   /// Configs one Task may have.
   std::size_t max_configs_per_task = 10;
 };

@@ -9,19 +9,18 @@
 
 #include <Poco/Exception.h>
 #include <Poco/Net/Context.h>
-#include <Poco/Net/DNS.h>
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/HTTPSClientSession.h>
-#include <Poco/Net/HostEntry.h>
 #include <Poco/Net/SecureStreamSocket.h>
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/URI.h>
 
 #include <algorithm>
-#include <cstring>
 #include <istream>
+#include <map>
+#include <optional>
 #include <random>
 
 namespace toolnexus::server_detail {
@@ -33,51 +32,6 @@ namespace {
 [[noreturn]] void bad(const std::string &field, const std::string &what) {
   throw RpcError(rpc_code::kInvalidParams, "invalid params: " + field + " " + what, field);
 }
-
-// Does `a` lie in net/prefix? (Same family only.)
-bool in_range(const Poco::Net::IPAddress &a, const Poco::Net::IPAddress &net, unsigned prefix) {
-  if (a.family() != net.family()) return false;
-  const auto *x = static_cast<const unsigned char *>(a.addr());
-  const auto *y = static_cast<const unsigned char *>(net.addr());
-  const unsigned bytes = prefix / 8, bits = prefix % 8;
-  if (std::memcmp(x, y, bytes) != 0) return false;
-  if (bits == 0) return true;
-  const unsigned char mask = static_cast<unsigned char>(0xff << (8 - bits));
-  return (x[bytes] & mask) == (y[bytes] & mask);
-}
-
-struct Refused {
-  const char *net;
-  unsigned prefix;
-  const char *why;
-};
-
-// Ranges a webhook may not reach unless allowed (A2A v1.0 section 13.2;
-// IANA special-purpose registries, RFC 6890).
-const Refused kRefused[] = {
-    {"0.0.0.0", 8, "an unspecified (this-network) address"},
-    {"127.0.0.0", 8, "a loopback address"},
-    {"10.0.0.0", 8, "a private address"},
-    {"172.16.0.0", 12, "a private address"},
-    {"192.168.0.0", 16, "a private address"},
-    {"100.64.0.0", 10, "a shared (carrier-grade NAT) address"},
-    {"169.254.0.0", 16, "a link-local address"},
-    {"192.0.0.0", 24, "an IETF protocol address"},
-    {"192.0.2.0", 24, "a documentation address"},
-    {"198.18.0.0", 15, "a benchmarking address"},
-    {"198.51.100.0", 24, "a documentation address"},
-    {"203.0.113.0", 24, "a documentation address"},
-    {"224.0.0.0", 4, "a multicast address"},
-    {"240.0.0.0", 4, "a reserved address"},
-    {"::", 128, "the unspecified address"},
-    {"::1", 128, "a loopback address"},
-    {"fc00::", 7, "a unique-local (private) address"},
-    {"fe80::", 10, "a link-local address"},
-    {"fec0::", 10, "a site-local (private) address"},
-    {"ff00::", 8, "a multicast address"},
-    {"2001:db8::", 32, "a documentation address"},
-    {"64:ff9b::", 96, "a NAT64 address (it reaches IPv4 space)"},
-};
 
 // scheme://host:port of a webhook URL, for logs (its path and query may
 // carry secrets).
@@ -147,81 +101,6 @@ int64_t next_attempt_us(const rapidjson::Value &c) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Targets
-// ---------------------------------------------------------------------------
-
-TargetPolicy::TargetPolicy(const std::vector<std::string> &allow) {
-  for (const std::string &entry : allow) {
-    if (entry == "*") {
-      any_ = true;
-      continue;
-    }
-    const auto slash = entry.find('/');
-    Poco::Net::IPAddress net;
-    if (!Poco::Net::IPAddress::tryParse(entry.substr(0, slash), net))
-      throw std::invalid_argument("push.allow_targets: '" + entry + "' is not an IP address or CIDR range");
-    const unsigned max = net.family() == Poco::Net::AddressFamily::IPv4 ? 32 : 128;
-    unsigned prefix = max;
-    if (slash != std::string::npos) {
-      const std::string p = entry.substr(slash + 1);
-      if (p.empty() || p.size() > 3 || p.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoul(p) > max)
-        throw std::invalid_argument("push.allow_targets: '" + entry + "' has a bad prefix length");
-      prefix = static_cast<unsigned>(std::stoul(p));
-    }
-    allow_.emplace_back(net, prefix);
-  }
-}
-
-std::string TargetPolicy::refusal(const Poco::Net::IPAddress &addr) const {
-  Poco::Net::IPAddress a = addr;
-  // An IPv4-mapped IPv6 address is judged as the IPv4 address it maps.
-  if (a.family() == Poco::Net::AddressFamily::IPv6 && a.isIPv4Mapped()) {
-    const auto *b = static_cast<const unsigned char *>(a.addr());
-    a = Poco::Net::IPAddress(b + 12, 4);
-  }
-  if (any_) return {};
-  for (const auto &[net, prefix] : allow_)
-    if (in_range(a, net, prefix)) return {};
-  for (const Refused &r : kRefused) {
-    Poco::Net::IPAddress net(r.net);
-    if (in_range(a, net, r.prefix)) return r.why;
-  }
-  return {};
-}
-
-std::vector<Poco::Net::IPAddress> TargetPolicy::addresses(const std::string &host) const {
-  std::vector<Poco::Net::IPAddress> all;
-  Poco::Net::IPAddress literal;
-  std::string h = host;
-  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (Poco::Net::IPAddress::tryParse(h, literal)) {
-    all.push_back(literal);
-  } else {
-    try {
-      const Poco::Net::HostEntry he = Poco::Net::DNS::resolve(h);
-      all = he.addresses();
-    } catch (const Poco::Exception &e) {
-      throw std::runtime_error("cannot resolve '" + h + "': " + e.displayText());
-    }
-  }
-  std::vector<Poco::Net::IPAddress> ok;
-  std::string first_refusal;
-  for (const auto &a : all) {
-    const std::string why = refusal(a);
-    if (why.empty()) ok.push_back(a);
-    else if (first_refusal.empty()) first_refusal = a.toString() + " is " + why;
-  }
-  if (ok.empty()) {
-    if (first_refusal.empty()) throw std::runtime_error("'" + h + "' has no address");
-    throw std::runtime_error("'" + h + "' resolves to " + first_refusal +
-                             ", which push notifications may not reach (an operator can allow it with "
-                             "push.allow_targets)");
-  }
-  return ok;
-}
 
 // ---------------------------------------------------------------------------
 // Configs
@@ -385,16 +264,47 @@ void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view ta
 // Delivery
 // ---------------------------------------------------------------------------
 
+std::string target_of(std::string_view url) {
+  try {
+    Poco::URI u{std::string(url)};
+    return lower(u.getScheme() + "://" + u.getHost() + ":" + std::to_string(u.getPort()));
+  } catch (const Poco::Exception &) {
+    return {};
+  }
+}
+
+namespace {
+
+PushScheduler::Limits limits_of(const PushOptions &o) {
+  PushScheduler::Limits l;
+  l.min_threads = o.workers;
+  l.max_in_flight = o.max_in_flight;
+  l.max_in_flight_per_target = o.max_in_flight_per_target;
+  return l;
+}
+
+}  // namespace
+
 PushDeliverer::PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, const Logger &log)
-    : lifecycle_(lifecycle), options_(std::move(options)), log_(log), policy_(options_.allow_targets) {}
+    : lifecycle_(lifecycle),
+      options_(std::move(options)),
+      log_(log),
+      policy_(options_.allow_targets),
+      scheduler_(limits_of(options_), [this](const std::string &target, const std::string &id) {
+        try {
+          return deliver(target, id);
+        } catch (const std::exception &e) {
+          log_.error("push delivery of Task '" + id + "' to " + target + " failed: " + e.what());
+          return false;
+        }
+      }) {}
 
 PushDeliverer::~PushDeliverer() { stop(); }
 
 void PushDeliverer::start() {
   if (started_) return;
   started_ = true;
-  const unsigned n = std::max(1u, options_.workers);
-  for (unsigned i = 0; i < n; ++i) workers_.push_back(start_named_thread("tnx-push", [this] { worker_loop(); }));
+  scheduler_.start();
   sweeper_ = start_named_thread("tnx-push-sweep", [this] { sweep_loop(); });
 }
 
@@ -404,81 +314,28 @@ void PushDeliverer::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
   sweep_cv_.notify_all();
-  for (auto &w : workers_) w.join();
-  workers_.clear();
+  scheduler_.stop();
   if (sweeper_.joinable()) sweeper_.join();
-}
-
-void PushDeliverer::schedule(const std::string &id, Clock::time_point when) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    auto it = scheduled_.find(id);
-    if (it != scheduled_.end()) {
-      if (it->second <= when) return;
-      for (auto d = due_.equal_range(it->second); d.first != d.second; ++d.first) {
-        if (d.first->second == id) {
-          due_.erase(d.first);
-          break;
-        }
-      }
-    }
-    scheduled_[id] = when;
-    due_.emplace(when, id);
-  }
-  // Every worker recomputes its wait: one sleeping until a later item
-  // must see this earlier one.
-  cv_.notify_all();
 }
 
 void PushDeliverer::notify(const Snapshot &snap) {
   const rapidjson::Value *configs = configs_of(snap.task);
   if (configs == nullptr) return;
   const uint64_t seq = event_seq(snap.task);
-  int64_t earliest = INT64_MAX;
+  // Per target: the earliest attempt due.
+  std::map<std::string, int64_t> earliest;
   for (const auto &c : configs->GetArray()) {
     if (!c.IsObject() || !due(c, seq)) continue;
-    earliest = std::min(earliest, next_attempt_us(c));
+    const std::string target = target_of(str(find(c, "url")));
+    const int64_t at = next_attempt_us(c);
+    auto [it, fresh] = earliest.emplace(target, at);
+    if (!fresh) it->second = std::min(it->second, at);
   }
-  if (earliest == INT64_MAX) return;
-  const int64_t wait_us = std::max<int64_t>(0, earliest - now_us());
-  schedule(std::string(snap.task.id()), Clock::now() + std::chrono::microseconds(wait_us));
-}
-
-void PushDeliverer::worker_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    if (due_.empty()) {
-      cv_.wait(lock);
-      continue;
-    }
-    auto it = due_.begin();
-    if (it->first > Clock::now()) {
-      // A copy: another thread may erase the entry while this one waits.
-      const Clock::time_point when = it->first;
-      cv_.wait_until(lock, when);
-      continue;
-    }
-    const std::string id = it->second;
-    due_.erase(it);
-    scheduled_.erase(id);
-    if (!in_flight_.insert(id).second) {
-      // Another worker delivers it now; look again shortly after.
-      scheduled_[id] = Clock::now() + std::chrono::milliseconds(50);
-      due_.emplace(scheduled_[id], id);
-      continue;
-    }
-    lock.unlock();
-    try {
-      deliver(id);
-    } catch (const std::exception &e) {
-      log_.error("push delivery of Task '" + id + "' failed: " + e.what());
-    }
-    lock.lock();
-    in_flight_.erase(id);
-  }
+  const int64_t now = now_us();
+  const std::string id(snap.task.id());
+  for (const auto &[target, at] : earliest)
+    scheduler_.schedule(target, id, Clock::now() + std::chrono::microseconds(std::max<int64_t>(0, at - now)));
 }
 
 void PushDeliverer::sweep_loop() {
@@ -530,12 +387,12 @@ void PushDeliverer::sweep() {
   }
 }
 
-void PushDeliverer::deliver(const std::string &id) {
+bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
   std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
-  if (!rec) return;
+  if (!rec) return true;
   const Task task = rec->task();
   const rapidjson::Value *configs = configs_of(task);
-  if (configs == nullptr) return;
+  if (configs == nullptr) return true;
   const uint64_t seq = event_seq(task);
   const int64_t now = now_us();
 
@@ -548,6 +405,7 @@ void PushDeliverer::deliver(const std::string &id) {
   for (const auto &c : configs->GetArray()) {
     if (!c.IsObject() || !due(c, seq) || next_attempt_us(c) > now) continue;
     const PushConfig cfg = config_from_stored(c);
+    if (target_of(cfg.url) != target) continue;
     Outcome o;
     o.id = cfg.id;
     o.delivered = u64(c, "delivered");
@@ -575,8 +433,10 @@ void PushDeliverer::deliver(const std::string &id) {
   if (outcomes.empty()) {
     // Nothing due yet: come back at the earliest retry.
     notify(Snapshot{task, rec->version, rec->owner, rec->tenant});
-    return;
+    return true;
   }
+  const bool all_sent =
+      std::all_of(outcomes.begin(), outcomes.end(), [](const Outcome &o) { return o.error.empty(); });
   // Record what was delivered (and the failures), with compare-and-set.
   bool retry = false;
   try {
@@ -637,11 +497,12 @@ void PushDeliverer::deliver(const std::string &id) {
       return changed;
     });
   } catch (const LifecycleError &) {
-    return;  // the Task is gone
+    return all_sent;  // the Task is gone
   }
   // The save was published: notify() schedules the retry or the events that
   // arrived meanwhile.
   (void)retry;
+  return all_sent;
 }
 
 std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id, const std::string &body) {

@@ -13,7 +13,10 @@
 // acknowledged (2xx) the Task's events.
 //
 // Delivery (at least once): after every save, the server that made it
-// queues the Task for delivery; a delivery POSTs, per config and in order,
+// queues the Task for delivery to each target (webhook origin) it has a
+// delivery due for, in that target's own queue (push_scheduler.hpp: round
+// robin over targets, bounded in flight per target and in all, so one
+// target's timeouts delay no other); a delivery POSTs, per config and in order,
 // every event after "delivered" (v1.0: one StreamResponse per event, as
 // application/a2a+json; when events have left the timeline, the Task
 // snapshot; v0.3: the Task, as application/json), with the config's
@@ -28,28 +31,24 @@
 //
 // Targets (SSRF, section 13.2): a webhook URL must be http or https; its
 // host is resolved at config time and again at each delivery, and the POST
-// goes to a resolved address that is allowed: loopback, private, link-local,
-// CGNAT, multicast, unspecified and documentation ranges are refused unless
-// PushOptions::allow_targets lists them (CIDR, or "*").
+// goes to a resolved address that is allowed: what the IANA special-purpose
+// registries say is not globally reachable is refused unless
+// PushOptions::allow_targets lists it (CIDR, or "*"); see push_targets.hpp.
 #ifndef TOOLNEXUS_SERVER_PUSH_HPP
 #define TOOLNEXUS_SERVER_PUSH_HPP
 
+#include "delivery/push_scheduler.hpp"
+#include "delivery/push_targets.hpp"
 #include "wire/dialect.hpp"
 #include "common/log.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/server.hpp"
 
-#include <Poco/Net/IPAddress.h>
-
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 namespace toolnexus::server_detail {
@@ -69,25 +68,6 @@ struct PushConfig {
   std::string credentials;
   /// The dialect of the method that created it: deliveries use its shapes.
   Dialect dialect = Dialect::v1_0;
-};
-
-/// Which webhook addresses may be contacted.
-class TargetPolicy {
- public:
-  /// `allow`: CIDR ranges ("127.0.0.0/8", "::1/128", "10.0.0.5") allowed
-  /// even though they are private, or "*" for any. Throws
-  /// std::invalid_argument naming a bad entry.
-  explicit TargetPolicy(const std::vector<std::string> &allow);
-  /// Why `a` may not be contacted ("" = it may).
-  std::string refusal(const Poco::Net::IPAddress &a) const;
-  /// The addresses of `host` that may be contacted, in resolver order.
-  /// Throws std::runtime_error saying why none (cannot resolve; every
-  /// address refused, naming the first and why).
-  std::vector<Poco::Net::IPAddress> addresses(const std::string &host) const;
-
- private:
-  bool any_ = false;
-  std::vector<std::pair<Poco::Net::IPAddress, unsigned>> allow_;
 };
 
 /// Reads a config from a request: v1.0 TaskPushNotificationConfig ({"url",
@@ -120,8 +100,12 @@ bool remove_push_config(Task &task, std::string_view id);
 void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view task_id, std::string_view tenant,
                        Dialect d);
 
-/// Delivers the Tasks' events to their webhooks (see the file comment).
-/// Thread-safe.
+/// The target a webhook URL's deliveries are scheduled under: its origin,
+/// "scheme://host:port" in lower case ("" for a URL that does not parse).
+std::string target_of(std::string_view url);
+
+/// Delivers the Tasks' events to their webhooks (see the file comment),
+/// each target's deliveries queued apart (PushScheduler). Thread-safe.
 class PushDeliverer {
  public:
   PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, const Logger &log);
@@ -129,7 +113,8 @@ class PushDeliverer {
   PushDeliverer(const PushDeliverer &) = delete;
   PushDeliverer &operator=(const PushDeliverer &) = delete;
 
-  /// Starts the workers and the sweeper (whose first sweep runs at once).
+  /// Starts the delivery threads and the sweeper (whose first sweep runs
+  /// at once).
   void start();
   /// Stops them (a POST in flight ends by its timeout). Idempotent.
   void stop();
@@ -144,11 +129,11 @@ class PushDeliverer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void schedule(const std::string &id, Clock::time_point due);
-  void worker_loop();
   void sweep_loop();
   void sweep();
-  void deliver(const std::string &id);
+  /// Delivers Task `id`'s due events to the configs whose webhook is
+  /// `target` (target_of()); returns whether every POST succeeded.
+  bool deliver(const std::string &target, const std::string &id);
   /// POSTs `body`; returns "" on a 2xx, else what went wrong.
   std::string post(const PushConfig &cfg, std::string_view task_id, const std::string &body);
 
@@ -156,15 +141,11 @@ class PushDeliverer {
   PushOptions options_;
   const Logger &log_;
   TargetPolicy policy_;
+  PushScheduler scheduler_;
 
   std::mutex mu_;
-  std::condition_variable cv_;        // workers
   std::condition_variable sweep_cv_;  // the sweeper
-  std::multimap<Clock::time_point, std::string> due_;
-  std::unordered_map<std::string, Clock::time_point> scheduled_;
-  std::set<std::string> in_flight_;
   bool stopping_ = false;
-  std::vector<std::thread> workers_;
   std::thread sweeper_;
   bool started_ = false;
 };
