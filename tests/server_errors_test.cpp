@@ -199,7 +199,7 @@ TEST_CASE("A2A errors") {
     auto lo = c.call("tasks/pushNotificationConfig/set",
                      R"({"taskId":)" + q(id) + R"(,"pushNotificationConfig":{"url":"http://127.0.0.1:9/hook"}})", "64");
     expect_error(lo, -32602, "64");
-    CHECK(error_message(lo).find("127.0.0.1 is a loopback address") != std::string::npos);
+    CHECK(error_message(lo).find("127.0.0.1, a loopback address") != std::string::npos);
     CHECK(error_message(lo).find("push.allow_targets") != std::string::npos);
     auto priv = c.call("CreateTaskPushNotificationConfig",
                        R"({"taskId":)" + q(id) + R"(,"url":"http://[fd00::1]/hook"})", "65", "A2A-Version: 1.0\r\n");

@@ -17,8 +17,8 @@ struct Case {
 
 const Case kCases[] = {
     // IPv4: the special-purpose registry, most specific row deciding.
-    {"127.0.0.1", "is a loopback address (RFC 1122"},
-    {"10.1.2.3", "is a private-use address (RFC 1918)"},
+    {"127.0.0.1", ", a loopback address (RFC 1122"},
+    {"10.1.2.3", ", a private-use address (RFC 1918)"},
     {"0.0.0.0", "this host on this network"},
     {"100.64.0.1", "carrier-grade NAT"},
     {"192.0.0.8", "IPv4 dummy address (RFC 7600)"},
@@ -30,7 +30,7 @@ const Case kCases[] = {
     {"192.31.196.1", ""},  // AS112-v4 (RFC 7535)
     {"8.8.8.8", ""},
     // IPv6: the special-purpose registry.
-    {"[::1]", "is a loopback address (RFC 4291)"},
+    {"[::1]", ", a loopback address (RFC 4291)"},
     {"[::]", "unspecified"},
     {"[fd00::1]", "unique-local"},
     {"[fe80::1]", "link-local"},

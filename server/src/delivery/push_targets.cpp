@@ -240,7 +240,7 @@ std::vector<Poco::Net::IPAddress> TargetPolicy::addresses(const std::string &hos
   for (const auto &a : all) {
     const std::string why = refusal(a);
     if (why.empty()) ok.push_back(a);
-    else if (first_refusal.empty()) first_refusal = a.toString() + " is " + why;
+    else if (first_refusal.empty()) first_refusal = a.toString() + ", " + why;
   }
   if (ok.empty()) {
     if (first_refusal.empty()) throw std::runtime_error("'" + h + "' has no address");
