@@ -1,6 +1,8 @@
 // The strict check of a request head (see http_head.hpp).
 #include "wire/http_head.hpp"
 
+#include "common/util.hpp"
+
 #include <cctype>
 #include <vector>
 
@@ -25,24 +27,6 @@ bool is_token(std::string_view s) noexcept {
   return true;
 }
 
-// Printable for a message: at most 60 bytes, control and non-ASCII bytes as \xNN.
-std::string shown(std::string_view s) {
-  static const char *hex = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 60; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c >= 0x7f) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > 60) out += "...";
-  return out;
-}
-
 HeadVerdict bad(int status, std::size_t line, const std::string &what) {
   return {status, "line " + std::to_string(line) + ": " + what};
 }
@@ -52,22 +36,22 @@ HeadVerdict check_request_line(std::string_view line, bool &http11) {
   const std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
     return bad(400, 1,
-               "the request line '" + shown(line) +
-                   "' is not 'METHOD SP target SP HTTP-version' with single spaces (RFC 9112 section 3)");
+               "the request line " + in_quotes(line) +
+                   " is not 'METHOD SP target SP HTTP-version' with single spaces (RFC 9112 section 3)");
   const std::string_view method = line.substr(0, sp1);
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
-  if (!is_token(method)) return bad(400, 1, "the method '" + shown(method) + "' is not a token");
+  if (!is_token(method)) return bad(400, 1, "the method " + in_quotes(method) + " is not a token");
   if (target.empty()) return bad(400, 1, "the request target is empty");
   for (char ch : target) {
     const auto c = static_cast<unsigned char>(ch);
     if (c <= 0x20 || c >= 0x7f)
-      return bad(400, 1, "the request target '" + shown(target) +
-                             "' has a byte that is not visible ASCII (percent-encode it: RFC 3986)");
+      return bad(400, 1, "the request target " + in_quotes(target) +
+                             " has a byte that is not visible ASCII (percent-encode it: RFC 3986)");
   }
   if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || std::isdigit(static_cast<unsigned char>(version[5])) == 0 ||
       version[6] != '.' || std::isdigit(static_cast<unsigned char>(version[7])) == 0)
-    return bad(400, 1, "the HTTP version '" + shown(version) + "' is not HTTP/DIGIT.DIGIT (RFC 9112 section 2.3)");
+    return bad(400, 1, "the HTTP version " + in_quotes(version) + " is not HTTP/DIGIT.DIGIT (RFC 9112 section 2.3)");
   if (version[5] != '1')
     return {505, "HTTP version " + std::string(version.substr(5)) + " is not supported (this server speaks HTTP/1.1 and HTTP/1.0)"};
   http11 = version[7] != '0';
@@ -114,17 +98,17 @@ HeadVerdict check_request_head(std::string_view head) {
     if (line.front() == ' ' || line.front() == '\t')
       return bad(400, n, "a field line starts with whitespace (obs-fold is not accepted: RFC 9112 section 5.2)");
     const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return bad(400, n, "the field line '" + shown(line) + "' has no colon");
+    if (colon == std::string_view::npos) return bad(400, n, "the field line " + in_quotes(line) + " has no colon");
     const std::string_view name = line.substr(0, colon);
     if (!name.empty() && (name.back() == ' ' || name.back() == '\t'))
-      return bad(400, n, "whitespace between the field name '" + shown(trim_ows(name)) +
-                             "' and the colon (RFC 9112 section 5.1)");
-    if (!is_token(name)) return bad(400, n, "the field name '" + shown(name) + "' is not a token (RFC 9110 section 5.1)");
+      return bad(400, n, "whitespace between the field name " + in_quotes(trim_ows(name)) +
+                             " and the colon (RFC 9112 section 5.1)");
+    if (!is_token(name)) return bad(400, n, "the field name " + in_quotes(name) + " is not a token (RFC 9110 section 5.1)");
     for (char ch : line.substr(colon + 1)) {
       const auto c = static_cast<unsigned char>(ch);
       if ((c < 0x20 && c != '\t') || c == 0x7f)
-        return bad(400, n, "the value of field '" + shown(name) +
-                               "' has a control character (RFC 9110 section 5.5)");
+        return bad(400, n, "the value of field " + in_quotes(name) +
+                               " has a control character (RFC 9110 section 5.5)");
     }
     if (iequals(name, "Host")) host = true;
   }
@@ -152,7 +136,7 @@ TransferCoding parse_transfer_encoding(const std::string *values, std::size_t n)
       return {400, "Transfer-Encoding: chunked is given more than once or is not the last coding (RFC 9112 section 6.3)"};
     if (!chunked)
       return {i + 1 == codings.size() ? 400 : 501,
-              "Transfer-Encoding '" + shown(codings[i]) + "' is not supported (only chunked)" +
+              "Transfer-Encoding " + in_quotes(codings[i]) + " is not supported (only chunked)" +
                   (i + 1 == codings.size() ? std::string(", and chunked must be the last coding (RFC 9112 section 6.3)")
                                            : std::string())};
   }
