@@ -1,0 +1,257 @@
+// The lifecycle's leases: renewing the leases of the Tasks running here,
+// settling Tasks whose lease expired, and the maintenance threads (see
+// task_lifecycle.hpp).
+#include "domain/task_lifecycle.hpp"
+#include "domain/task_lifecycle_detail.hpp"
+
+#include "domain/task_timeline.hpp"
+#include "toolnexus/task_store.h"
+#include "common/util.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+
+namespace toolnexus::server_detail {
+
+namespace ts = toolnexus::task_state;
+
+using namespace lifecycle_detail;
+
+// ---------------------------------------------------------------------------
+// Leases
+// ---------------------------------------------------------------------------
+
+void TaskLifecycle::renew_due() {
+  const int64_t now = now_us();
+  const int64_t due_before = now - int64_t{options_.renew_interval_ms} * 1000;
+  const int64_t check_before = now - int64_t{options_.cancel_poll_ms} * 1000;
+  const int64_t working_before = now - int64_t{options_.progress_interval_ms} * 1000;
+  std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due, check, working;
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    for (const auto &kv : active_) {
+      if (!kv.second->stored.load()) {
+        // Not in the store yet: no lease to renew, nothing to re-read.
+        const int64_t started = kv.second->started_us.load();
+        if (started != 0 && started <= working_before && !kv.second->working_saved.load() &&
+            !kv.second->cancel.load())
+          working.emplace_back(kv.first, kv.second);
+        continue;
+      }
+      const int64_t started = kv.second->started_us.load();
+      if (started != 0 && started <= working_before && !kv.second->working_saved.load() && !kv.second->cancel.load())
+        working.emplace_back(kv.first, kv.second);
+      if (kv.second->lease_written_us.load() <= due_before) due.emplace_back(kv.first, kv.second);
+      else if (!kv.second->cancel.load() &&
+               std::max(kv.second->lease_written_us.load(), kv.second->checked_us.load()) <= check_before)
+        check.emplace_back(kv.first, kv.second);
+    }
+  }
+  // A run that lasts: save that its Task is working (a deferred one is
+  // saved for the first time).
+  for (auto &[id, active] : working) {
+    if (!active->stored.load()) {
+      active->working_saved = true;
+      try {
+        if (save_unsaved(id, active, [](Task &t) { set_status_event(t, ts::kWorking); })) continue;
+      } catch (const std::exception &e) {
+        log_.warn("Task " + in_quotes(id) + ": could not save it before its outcome: " + e.what());
+        continue;
+      }
+    }
+    save_working(id, active);
+  }
+  // Read-only poll: has another server canceled (or settled, or taken over)
+  // a Task running here?
+  for (auto &[id, active] : check) {
+    try {
+      const int64_t t = now_us();
+      std::optional<TaskRecord> rec = store_->get(id);
+      active->checked_us = t;
+      bool gone = !rec;
+      if (rec) {
+        const Task task = rec->task();
+        const std::string_view state = task.state();
+        gone = ts::is_terminal(state) ||
+               ((state == ts::kWorking || state == ts::kSubmitted) &&
+                read_lease(task).instance != options_.instance_id);
+      }
+      if (gone) {
+        if (log_.enabled(LogLevel::debug))
+          log_.debug("Task " + in_quotes(id) + " was canceled, settled or taken over elsewhere; stopping it here");
+        active->cancel = true;
+      }
+    } catch (const std::exception &e) {
+      log_.warn("Task " + in_quotes(id) + ": could not check whether it was canceled: " + e.what());
+    }
+  }
+  for (auto &[id, active] : due) {
+    try {
+      int64_t t = 0;
+      UpdateResult r = update(id, [&](Snapshot &s) {
+        const std::string_view state = s.task.state();
+        if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
+        if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
+        t = now_us();
+        set_lease(s.task, t + int64_t{options_.lease_ms} * 1000);
+        return Verdict::save;
+      });
+      active->checked_us = now_us();
+      if (r.found && r.verdict == Verdict::save) {
+        active->lease_written_us = t;
+      } else if (!r.found || (r.verdict == Verdict::stop && !ts::is_interrupted(r.snap.task.state()))) {
+        // Canceled, settled, removed or taken over: stop working on it.
+        active->cancel = true;
+      }
+    } catch (const std::exception &e) {
+      log_.warn("Task " + in_quotes(id) + ": could not renew its lease: " + e.what());
+    }
+  }
+}
+
+bool TaskLifecycle::settle_one(TaskRecord &rec) {
+  // Decides from the stored Task alone whether nobody runs it any more.
+  std::string where;  // host and pid of an old-style lease, for the log only
+  auto abandoned = [this, &where](const Task &task, const std::string &id, int64_t now, std::string &why) {
+    const Lease l = read_lease(task);
+    if (l.present && l.instance == options_.instance_id && !is_active(id) && l.expires_us != kNoTime &&
+        l.expires_us < start_us_ + int64_t{options_.lease_ms} * 1000 && l.expires_us > now) {
+      // This instance's lease, written before this process started (every
+      // lease written since expires later): the process that held it ended
+      // with the Task running. Its own restart settles it now, rather than
+      // after the lease.
+      why = "The server that ran this Task stopped before finishing it: instance '" + l.instance +
+            "' restarted while the Task was running (its lease was to expire at " + l.expires_text +
+            "). Settled by the same instance at its restart.";
+      return true;
+    }
+    if (l.present) {
+      if (l.instance == options_.instance_id && is_active(id)) return false;
+      if (l.expires_us != kNoTime && l.expires_us > now) return false;
+      // Clients read this text: instance ids only. (Leases written by older
+      // versions also named host and pid; the log line below keeps those.)
+      where = (l.host.empty() ? std::string() : " on " + l.host) +
+              (l.pid != 0 ? " (pid " + std::to_string(l.pid) + ")" : std::string());
+      why = "The server that ran this Task stopped before finishing it: instance '" + l.instance + "'" +
+            " did not renew its lease, which expired at " +
+            (l.expires_text.empty() ? std::string("an unknown time") : l.expires_text) +
+            ". Settled by instance '" + options_.instance_id + "'.";
+      return true;
+    }
+    const int64_t since = task.status_time_us();
+    if (since == kNoTime || since + int64_t{options_.lease_ms} * 1000 > now) return false;
+    why = "The server that ran this Task stopped before finishing it: no server has held it since " +
+          format_timestamp(since) + ". Settled by instance '" + options_.instance_id + "'.";
+    return true;
+  };
+  Snapshot s;
+  try {
+    s.task = rec.task();
+  } catch (const StoreError &e) {
+    log_.warn(std::string("lease sweep: skipping an unreadable Task: ") + e.what());
+    return false;
+  }
+  std::string why;
+  if (!abandoned(s.task, rec.id, now_us(), why)) return false;
+  s.version = rec.version;
+  s.owner = std::move(rec.owner);
+  s.tenant = std::move(rec.tenant);
+  UpdateResult r = update(
+      rec.id,
+      [&](Snapshot &x) {
+        const std::string_view state = x.task.state();
+        if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
+        if (!abandoned(x.task, rec.id, now_us(), why)) return Verdict::stop;
+        remove_task_metadata(x.task, kLeaseKey);
+        set_status_with_message(x.task, ts::kFailed, why);
+        return Verdict::save;
+      },
+      std::move(s));
+  if (r.found && r.verdict == Verdict::save) {
+    log_.warn("settled Task '" + rec.id + "': " + why + where);
+    return true;
+  }
+  return false;
+}
+
+std::size_t TaskLifecycle::settle_expired() {
+  std::size_t settled = 0;
+  for (const std::string_view state : {ts::kSubmitted, ts::kWorking}) {
+    ListQuery q;
+    q.state = std::string(state);
+    q.page_size = 200;
+    // One unreadable record must not stop the sweep for every other Task:
+    // the store hands it over (ABI 1.1 deliver_corrupt, version 0) and it
+    // is skipped and reported.
+    q.deliver_corrupt = true;
+    do {
+      ListPage page = store_->list(q);
+      for (TaskRecord &rec : page.records) {
+        if (rec.version == 0) {
+          if (state == ts::kSubmitted)  // delivered to both passes: report once
+            log_.warn("lease sweep: skipping an unreadable record '" + rec.id + "'" +
+                      (rec.problem.empty() ? std::string() : ": " + rec.problem) +
+                      " (run `toolnexus store check` on the store)");
+          continue;
+        }
+        if (settle_one(rec)) ++settled;
+      }
+      q.cursor = page.next_cursor;
+      std::lock_guard<std::mutex> lock(maint_mu_);
+      if (stop_maintenance_) return settled;
+    } while (!q.cursor.empty());
+  }
+  return settled;
+}
+
+
+void TaskLifecycle::renewer_loop() {
+  using Clock = std::chrono::steady_clock;
+  const int poll = std::min({options_.renew_interval_ms, std::max(1, options_.cancel_poll_ms),
+                             std::max(1, options_.progress_interval_ms)});
+  const auto tick = std::chrono::milliseconds(std::max(5, poll / 4));
+  auto next_tick = Clock::now() + tick;
+  std::unique_lock<std::mutex> lock(maint_mu_);
+  while (!stop_maintenance_) {
+    // Wakes every tick, and when a held progress report falls due.
+    const Clock::time_point flush = Clock::time_point(Clock::duration(next_flush_.load()));
+    const Clock::time_point wake = std::min(next_tick, flush);
+    if (Clock::now() < wake) {
+      maint_cv_.wait_until(lock, wake);
+      continue;  // woken early (a sooner report, a stop) or on time: look again
+    }
+    const bool renew = Clock::now() >= next_tick;
+    const bool flush_due = flush <= Clock::now();
+    lock.unlock();
+    try {
+      if (renew) renew_due();
+      if (flush_due) flush_progress();
+    } catch (const std::exception &e) {
+      log_.error(std::string("lease renewal failed: ") + e.what());
+    }
+    if (renew) next_tick = Clock::now() + tick;
+    lock.lock();
+  }
+}
+
+void TaskLifecycle::settler_loop() {
+  const auto interval = std::chrono::milliseconds(std::max(5, options_.settle_interval_ms));
+  std::unique_lock<std::mutex> lock(maint_mu_);
+  while (!stop_maintenance_) {
+    lock.unlock();
+    try {
+      const std::size_t n = settle_expired();
+      if (n != 0) log_.info("lease sweep settled " + std::to_string(n) + " abandoned Task(s)");
+    } catch (const std::exception &e) {
+      log_.error(std::string("lease sweep failed: ") + e.what());
+    }
+    lock.lock();
+    maint_cv_.wait_for(lock, interval, [this] { return stop_maintenance_; });
+  }
+}
+
+}  // namespace toolnexus::server_detail
