@@ -289,6 +289,26 @@ TEST_CASE("store check and copy report a corrupt record with its location") {
   fs::remove_all(dest);
 }
 
+TEST_CASE("store check reports a record that store put would refuse (no status, no contextId), naming it and what "
+          "is missing") {
+  fs::path dir = temp_dir();
+  const std::string sel = "file:" + dir.string();
+  CHECK(run({"store", "put", sel}, task_json("good", "c", "completed", 1)).code == 0);
+  // Written by hand (store put refuses both), as an old tool or an editor would.
+  spit(dir / "x.json", R"({"id":"x"})");
+  spit(dir / "y.json", R"({"id":"y","contextId":"c","status":{"timestamp":"2026-01-01T00:00:00Z"}})");
+  CHECK(run({"store", "put", sel}, R"({"id":"x"})").code == 2);
+  Run r = run({"store", "check", sel});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.out.find("BAD x: not a valid A2A Task: \"contextId\" is required (a non-empty string); \"status\" "
+                           "with a \"state\" is required, e.g. {\"state\":\"submitted\"}\n") != std::string::npos,
+                r.out);
+  CHECK_MESSAGE(r.out.find("BAD y: not a valid A2A Task: \"status\" with a \"state\" is required") != std::string::npos,
+                r.out);
+  CHECK(r.out.find("1 sound, 2 bad\n") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("copy 10,000 Tasks from file to sqlite and back, field by field") {
   fs::path dir = temp_dir();
   fs::path src = dir / "src", back = dir / "back";

@@ -517,7 +517,7 @@ void PushDeliverer::sweep() {
         if (rec.version == 0 || rec.json.find(kPushKey) == std::string::npos) continue;
         try {
           Snapshot s;
-          s.task = rec.task();
+          s.task = rec.a2a_task();
           s.version = rec.version;
           notify(s);
         } catch (const std::exception &) {
@@ -533,7 +533,7 @@ void PushDeliverer::sweep() {
 void PushDeliverer::deliver(const std::string &id) {
   std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
   if (!rec) return;
-  const Task task = rec->task();
+  const Task task = rec->a2a_task();
   const rapidjson::Value *configs = configs_of(task);
   if (configs == nullptr) return;
   const uint64_t seq = event_seq(task);

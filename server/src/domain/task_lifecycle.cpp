@@ -235,7 +235,7 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
     } else {
       std::optional<TaskRecord> rec = store_->get(id);
       if (!rec) return r;
-      r.snap.task = rec->task();
+      r.snap.task = rec->a2a_task();
       r.snap.version = rec->version;
       r.snap.owner = std::move(rec->owner);
       r.snap.tenant = std::move(rec->tenant);
@@ -486,7 +486,7 @@ Snapshot TaskLifecycle::persist(const std::string &task_id) {
   std::optional<TaskRecord> rec = store_->get(task_id);
   if (!rec) throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(task_id) + " not found");
   Snapshot s;
-  s.task = rec->task();
+  s.task = rec->a2a_task();
   s.version = rec->version;
   s.owner = std::move(rec->owner);
   s.tenant = std::move(rec->tenant);
@@ -988,7 +988,7 @@ void TaskLifecycle::renew_due() {
       active->checked_us = t;
       bool gone = !rec;
       if (rec) {
-        const Task task = rec->task();
+        const Task task = rec->a2a_task();
         const std::string_view state = task.state();
         gone = ts::is_terminal(state) ||
                ((state == ts::kWorking || state == ts::kSubmitted) &&
@@ -1053,7 +1053,7 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
   };
   Snapshot s;
   try {
-    s.task = rec.task();
+    s.task = rec.a2a_task();
   } catch (const StoreError &e) {
     log_.warn(std::string("lease sweep: skipping an unreadable Task: ") + e.what());
     return false;
