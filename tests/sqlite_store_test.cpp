@@ -1126,6 +1126,52 @@ TEST_CASE("TNX_OPEN_READ_ONLY: creates nothing, reads, refuses writes; per-store
   }
 }
 
+TEST_CASE("TNX_OPEN_READ_ONLY after a crash: the database and its -wal are left byte for byte as found") {
+  TempDir dir;
+  const std::string db = dir / "crashed.db";
+  // A writer that dies (no close, so no checkpoint) with its saves in the -wal.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    Store s;
+    if (s.open(db).st != TNX_OK) ::_exit(2);
+    for (int i = 0; i < 3; ++i)
+      if (s.save(task("t" + std::to_string(i), 10 + i)).st != TNX_OK) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(fs::exists(db + "-wal"));
+  REQUIRE(fs::file_size(db + "-wal") > 0);
+  SUBCASE("with the -shm the writer left") {}
+  SUBCASE("without a -shm (copied, or removed)") { fs::remove(db + "-shm"); }
+  const auto bytes = [](const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string db_before = bytes(db), wal_before = bytes(db + "-wal");
+  {
+    Store s;
+    Res o = s.open(db, TNX_OPEN_READ_ONLY);
+    REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+    // The saves in the -wal are read (SQLite reads through it)...
+    for (int i = 0; i < 3; ++i) CHECK(must_get(s, "t" + std::to_string(i)).time == 10 + i);
+    CHECK(s.list_all(Query{}).size() == 3);
+    s.close();
+  }
+  // ...and neither file changed: nothing was folded into the database.
+  CHECK(bytes(db) == db_before);
+  REQUIRE(fs::exists(db + "-wal"));
+  CHECK(bytes(db + "-wal") == wal_before);
+  // A writer opening it afterwards recovers every save from the -wal.
+  Store w;
+  must_open(w, db);
+  CHECK(w.list_all(Query{}).size() == 3);
+  w.close();
+}
+
 TEST_CASE("errors: a FIFO, a directory are refused at once as not regular files (read-only too)") {
   TempDir dir;
   const std::string fifo = dir / "f.db";

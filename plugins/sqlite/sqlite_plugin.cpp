@@ -61,7 +61,9 @@
 //       not write to opens under mode=rw too, but save and del then fail with
 //       TNX_EIO (a permission problem, not a choice). mode=ro opens with
 //       SQLITE_OPEN_READONLY (for read-only media), so SQLite may leave the
-//       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not.
+//       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
+//       changes the database or an existing -wal: with a -wal beside the
+//       file at open, no connection checkpoints on close (Options::keep_wal).
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 3, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -213,6 +215,14 @@ struct Options {
   /// leave them behind.) mode=ro keeps SQLITE_OPEN_READONLY, for read-only
   /// media.
   bool host_read_only = false;
+  /// Read-only opens only: a -wal file was beside the database when the
+  /// store opened (a crashed writer's, or a running one's). Every
+  /// connection then sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE: the last one to
+  /// close would otherwise checkpoint the -wal into the database and delete
+  /// it, changing both files for a command that only reads. Without a -wal
+  /// at open the close may checkpoint: it removes the empty -wal (and -shm)
+  /// the open made, and folds only what a writer saved during the read.
+  bool keep_wal = false;
 };
 
 const char *sync_name(Sync s) {
@@ -610,6 +620,7 @@ class Conn {
     sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
     if (role == Role::Reader || o.read_only) exec("PRAGMA query_only = 1");
+    if (o.keep_wal) sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   }
 
   Conn(const Conn &) = delete;
@@ -1101,7 +1112,7 @@ std::string version_text(uint64_t v) {
 class SqliteStore final : public toolnexus::sdk::Store {
  public:
   /// Opens (creating / migrating as needed) the database of `o`.
-  explicit SqliteStore(Options o) : opt_(std::move(o)) {
+  explicit SqliteStore(Options o) : opt_(with_keep_wal(std::move(o))) {
     if (sqlite3_libversion_number() < kMinSqlite)
       throw Error(TNX_EUNSUPPORTED, std::string("sqlite: libsqlite3 ") + sqlite3_libversion() +
                                         " is too old; toolnexus-sqlite needs 3.31.0 or newer");
@@ -1144,6 +1155,14 @@ class SqliteStore final : public toolnexus::sdk::Store {
   }
 
   ~SqliteStore() override = default;
+
+  /// `o` with keep_wal set for a read-only open of a database that has a
+  /// -wal beside it (looked at before any connection could make one).
+  static Options with_keep_wal(Options o) {
+    struct stat ws {};
+    o.keep_wal = o.read_only && ::lstat((o.path + "-wal").c_str(), &ws) == 0;
+    return o;
+  }
 
   bool get(std::string_view id, const RecordOut &out) override {
     Reader r(*this);
