@@ -141,7 +141,8 @@ void for_each_record(TaskStore &s, ListQuery q, F &&f) {
 }
 
 // Why a delivered record is not sound, or "" when it is: its bytes must parse
-// as a Task and its index fields must agree with the JSON.
+// as a Task that `store put` would take (and the server serve: the same
+// a2a_task_problem()), and its index fields must agree with the JSON.
 std::string unsound(const TaskRecord &r) {
   if (!r.problem.empty()) return r.problem;  // the store's own reason (ABI 1.2)
   Task t;
@@ -151,6 +152,7 @@ std::string unsound(const TaskRecord &r) {
     return e.what();
   }
   if (t.id() != r.id) return "stored under id '" + r.id + "' but its JSON says '" + std::string(t.id()) + "'";
+  if (const std::string why = a2a_task_problem(t); !why.empty()) return "not a valid A2A Task: " + why;
   if (t.context_id() != r.context_id) return "index contextId '" + r.context_id + "' differs from the JSON's";
   if (t.state() != r.state) return "index state '" + r.state + "' differs from the JSON's '" + std::string(t.state()) + "'";
   if (t.status_time_us() != r.status_time_us) return "index status time differs from the JSON's status.timestamp";
@@ -161,23 +163,6 @@ std::string unsound(const TaskRecord &r) {
 // OpenOptions::read_only, so a mistyped selector is "no store at ..." (exit
 // 2) instead of a new empty store, and nothing is migrated or cleaned up.
 const OpenOptions kInspect{true};
-
-// "" when `t` has what A2A requires of a Task (v0.3 section 6.1: id,
-// contextId, status with state; kind "task" when present, since v1.0 has no
-// kind); otherwise what is missing.
-std::string not_a2a_task(const Task &t) {
-  const auto &d = t.json();
-  auto ctx = d.FindMember("contextId");
-  if (ctx == d.MemberEnd() || !ctx->value.IsString() || ctx->value.GetStringLength() == 0)
-    return "\"contextId\" is required (a non-empty string)";
-  auto st = d.FindMember("status");
-  if (st == d.MemberEnd() || !st->value.IsObject() || !st->value.HasMember("state"))
-    return "\"status\" with a \"state\" is required, e.g. {\"state\":\"submitted\"}";
-  auto kind = d.FindMember("kind");
-  if (kind != d.MemberEnd() && (!kind->value.IsString() || std::string_view(kind->value.GetString()) != "task"))
-    return "\"kind\" must be \"task\"";
-  return "";
-}
 
 // A progress bar on stderr when it is a terminal: done/total, the rate
 // (Tasks/s, since the start) and the time left at that rate.
@@ -240,7 +225,7 @@ std::string parse_a2a_task(const std::string &text, Task &t) {
   }
   // The store accepts any object with an id (the seed's contract), but a
   // Task an A2A server will serve needs what the spec requires of one.
-  if (const std::string why = not_a2a_task(t); !why.empty()) return "not a valid A2A Task: " + why;
+  if (const std::string why = a2a_task_problem(t); !why.empty()) return "not a valid A2A Task: " + why;
   return "";
 }
 

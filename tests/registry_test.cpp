@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <string>
 
@@ -383,6 +384,32 @@ TEST_CASE("guard rails: only *.so files directly inside are considered") {
   auto r = isolated({dir});
   CHECK(r->failures().empty());
   CHECK_FALSE(has_scheme(*r, "fixture"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a FIFO, socket or other special file named *.so is reported with its path and type, never opened") {
+  fs::path dir = fresh_dir();
+  REQUIRE(::mkfifo((dir / "libfifo.so").c_str(), 0644) == 0);
+  // A symlink (inside the directory) to a FIFO is judged by what it leads to.
+  REQUIRE(::mkfifo((dir / "target.fifo").c_str(), 0644) == 0);
+  fs::create_symlink(dir / "target.fifo", dir / "liblink.so");
+  fs::copy_file(kGood, dir / "libz_good.so");
+  // No writer ever opens these FIFOs: an open(2) for reading would hang here.
+  auto r = isolated({dir});
+  CHECK(failure_for(*r, "libfifo.so") ==
+        "not a regular file but a FIFO (named pipe); only regular *.so files are loaded, this one is skipped");
+  CHECK(failure_for(*r, "liblink.so") ==
+        "not a regular file but a FIFO (named pipe); only regular *.so files are loaded, this one is skipped");
+  CHECK(r->failures().size() == 2);
+  CHECK(has_scheme(*r, "fixture"));  // the others still load
+  // Reported once, not again on every later search.
+  r->load();
+  CHECK(r->failures().size() == 2);
+  // Loaded by name: the same answer.
+  auto named = isolated({});
+  std::string why;
+  CHECK_FALSE(named->load_file(dir / "libfifo.so", &why));
+  CHECK(why == "not a regular file but a FIFO (named pipe); only regular *.so files are loaded, this one is skipped");
   fs::remove_all(dir);
 }
 

@@ -635,6 +635,63 @@ TEST_CASE("a 4xx is not retried, and the API key never appears in the failed sta
   CHECK(to_json(stored_task(server, id)).find("sk-test-do-not-show") == std::string::npos);
 }
 
+TEST_CASE("the API key is redacted from everything the agent stores or returns, not only failure messages") {
+  const std::string key = "sk-test-leak-7f3a";
+  ::setenv("TNX_TEST_LLM_KEY3", key.c_str(), 1);
+  const auto o_with_key = [&](const FakeLlm &fake, std::vector<toolnexus::LlmTool> tools = {}) {
+    auto o = options_for(fake, std::move(tools));
+    o.api_key_env = "TNX_TEST_LLM_KEY3";
+    return o;
+  };
+  SUBCASE("a 200 answer's content: the artifact, the stored Task, GetTask, ListTasks") {
+    FakeLlm fake([&](std::size_t, const rapidjson::Document &) {
+      return FakeReply{200, answer("Your key is " + key + ", and again: " + key + ".")};
+    });
+    auto server = llm_server(o_with_key(fake));
+    Client c(server.url());
+    const std::string id = task_id(c.send("what is my key?"));
+    auto done = c.wait_settled(id);
+    REQUIRE(state_of(done) == "completed");
+    CHECK(artifact_text(done["result"]) == "Your key is [redacted], and again: [redacted].");
+    CHECK(to_json(done).find(key) == std::string::npos);
+    CHECK(to_json(stored_task(server, id)).find(key) == std::string::npos);
+    auto listed = c.call("ListTasks", "{}");
+    CHECK(to_json(listed).find(id) != std::string::npos);
+    CHECK(to_json(listed).find(key) == std::string::npos);
+    CHECK(fake.seen(0).authorization == "Bearer " + key);
+  }
+  SUBCASE("a tool call: its arguments, the approval prompt, the pending request, and what follows") {
+    FakeLlm fake([&](std::size_t n, const rapidjson::Document &) {
+      if (n == 0) {
+        std::string body = tool_calls({{"k1", "authorize", R"({"token": ")" + key + R"("})"}});
+        // The assistant's text beside the call holds the key too.
+        const std::string null_content = R"("content":null)";
+        body.replace(body.find(null_content), null_content.size(), R"("content":"using )" + key + R"(")");
+        return FakeReply{200, body};
+      }
+      return FakeReply{200, answer("done with " + key)};
+    });
+    auto server = llm_server(o_with_key(fake, {tool("authorize", true)}));
+    Client c(server.url());
+    const std::string id = task_id(c.send("authorize me"));
+    auto parked = c.wait_settled(id);
+    REQUIRE(state_of(parked) == "input-required");
+    CHECK(status_text(parked["result"]) ==
+          "Approval required: the agent wants to call authorize with {\"token\":\"[redacted]\"}. Reply \"approve\" "
+          "to run it or \"deny\" to refuse.");
+    CHECK(to_json(parked).find(key) == std::string::npos);
+    const std::string stored_parked = to_json(stored_task(server, id));
+    CHECK(stored_parked.find("toolnexus/pending") != std::string::npos);
+    CHECK(stored_parked.find(key) == std::string::npos);
+    c.send("approve", R"("taskId":)" + q(id));
+    auto done = c.wait_settled(id);
+    REQUIRE(state_of(done) == "completed");
+    CHECK(artifact_text(done["result"]) == "done with [redacted]");
+    CHECK(to_json(done).find(key) == std::string::npos);
+    CHECK(to_json(stored_task(server, id)).find(key) == std::string::npos);
+  }
+}
+
 TEST_CASE("a slow endpoint times out (retried, bounded); an unreachable one fails clearly") {
   SUBCASE("timeout") {
     FakeLlm fake([](std::size_t, const rapidjson::Document &) { return FakeReply{200, answer("late"), {}, 1500}; });

@@ -170,3 +170,55 @@ TEST_CASE("one unreadable task file does not take ListTasks away: it is left out
   CHECK(got["error"]["code"].GetInt() == -32603);
   server.stop();
 }
+
+TEST_CASE("a stored record that is not a valid A2A Task (no status, no contextId) is never served as a Task") {
+  auto o = test_options();
+  o.agent = "echo";
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  o.log_sink = [lines, mu](toolnexus::LogLevel, std::string_view text) {
+    std::lock_guard<std::mutex> l(*mu);
+    lines->emplace_back(text);
+  };
+  toolnexus::ServerHandle server = toolnexus::serve(o);
+  Client c(server.url());
+  const std::string good = task_id(c.send("one"));
+  REQUIRE(state_of(c.wait_settled(good)) == "completed");
+  // What `toolnexus store put` refuses, saved past it (the store's own
+  // contract is only "an object with an id"): a hand-made file, an old tool.
+  server.store()->save(toolnexus::Task::parse(R"({"id":"bare"})"));
+  server.store()->save(toolnexus::Task::parse(R"({"id":"no-ctx","status":{"state":"working"}})"));
+  auto logged = [&](const std::string &a, const std::string &b) {
+    std::lock_guard<std::mutex> l(*mu);
+    for (const auto &line : *lines)
+      if (line.find(a) != std::string::npos && line.find(b) != std::string::npos) return true;
+    return false;
+  };
+  const std::string why_bare =
+      "stored task 'bare' is not a valid A2A Task: \"contextId\" is required (a non-empty string); \"status\" with a "
+      "\"state\" is required, e.g. {\"state\":\"submitted\"}";
+  // GetTask: the error a corrupt record gets, in every view (the v0.3 fast
+  // path without a DOM, historyLength, v1.0), and the log says why.
+  for (const std::string &more : {std::string(), std::string(R"("historyLength":1)")}) {
+    auto got = c.get_task("bare", more);
+    REQUIRE_MESSAGE(got.HasMember("error"), to_json(got));
+    CHECK(got["error"]["code"].GetInt() == -32603);
+    CHECK(error_message(got) == "internal error: the task store failed (corrupt); details are in the server log");
+  }
+  auto v1 = c.call("GetTask", R"({"id":"no-ctx"})", "1", "A2A-Version: 1.0\r\n");
+  REQUIRE_MESSAGE(v1.HasMember("error"), to_json(v1));
+  CHECK(logged(why_bare, "GetTask"));
+  CHECK(logged("stored task 'no-ctx' is not a valid A2A Task: \"contextId\" is required", "GetTask"));
+  // Nor through the other methods that read a stored Task.
+  CHECK(error_code(c.call("CancelTask", R"({"id":"bare"})")) == -32603);
+  CHECK(error_code(c.send("more", R"("taskId":"bare")")) == -32603);
+  // ListTasks leaves it out and logs it, naming it and what is missing.
+  auto listed = c.call("ListTasks", "{}");
+  REQUIRE_MESSAGE(listed.HasMember("result"), to_json(listed));
+  REQUIRE(listed["result"]["tasks"].Size() == 1);
+  CHECK(std::string(listed["result"]["tasks"][0]["id"].GetString()) == good);
+  CHECK(logged("ListTasks left out an unreadable record", why_bare));
+  // The record itself is left as it is: nothing rewrote it.
+  CHECK(server.store()->get("bare")->json == R"({"id":"bare"})");
+  server.stop();
+}

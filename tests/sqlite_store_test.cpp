@@ -1126,6 +1126,140 @@ TEST_CASE("TNX_OPEN_READ_ONLY: creates nothing, reads, refuses writes; per-store
   }
 }
 
+TEST_CASE("TNX_OPEN_READ_ONLY after a crash: the database and its -wal are left byte for byte as found") {
+  TempDir dir;
+  const std::string db = dir / "crashed.db";
+  // A writer that dies (no close, so no checkpoint) with its saves in the -wal.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    Store s;
+    if (s.open(db).st != TNX_OK) ::_exit(2);
+    for (int i = 0; i < 3; ++i)
+      if (s.save(task("t" + std::to_string(i), 10 + i)).st != TNX_OK) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(fs::exists(db + "-wal"));
+  REQUIRE(fs::file_size(db + "-wal") > 0);
+  SUBCASE("with the -shm the writer left") {}
+  SUBCASE("without a -shm (copied, or removed)") { fs::remove(db + "-shm"); }
+  const auto bytes = [](const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string db_before = bytes(db), wal_before = bytes(db + "-wal");
+  {
+    Store s;
+    Res o = s.open(db, TNX_OPEN_READ_ONLY);
+    REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+    // The saves in the -wal are read (SQLite reads through it)...
+    for (int i = 0; i < 3; ++i) CHECK(must_get(s, "t" + std::to_string(i)).time == 10 + i);
+    CHECK(s.list_all(Query{}).size() == 3);
+    s.close();
+  }
+  // ...and neither file changed: nothing was folded into the database.
+  CHECK(bytes(db) == db_before);
+  REQUIRE(fs::exists(db + "-wal"));
+  CHECK(bytes(db + "-wal") == wal_before);
+  // A writer opening it afterwards recovers every save from the -wal.
+  Store w;
+  must_open(w, db);
+  CHECK(w.list_all(Query{}).size() == 3);
+  w.close();
+}
+
+TEST_CASE("a database copied without its -wal is refused at open, naming what is lost; a clean close needs none") {
+  TempDir dir;
+  const std::string db = dir / "tasks.db";
+  {
+    Store w;
+    must_open(w, db);
+    must_save(w, task("clean", 1));
+  }
+  // A clean close leaves no -wal, and that is sound: no false alarm.
+  REQUIRE_FALSE(fs::exists(db + "-wal"));
+  {
+    Store s;
+    Res o = s.open(db, TNX_OPEN_READ_ONLY);
+    REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+    s.close();
+    must_open(s, db);
+    s.close();
+  }
+  // A writer that dies with saves in its -wal; the database file is copied
+  // alone (as `cp tasks.db backup/` does).
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    Store s;
+    if (s.open(db).st != TNX_OK) ::_exit(2);
+    for (int i = 0; i < 3; ++i)
+      if (s.save(task("t" + std::to_string(i), 10 + i)).st != TNX_OK) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const std::string copy = dir / "copy.db";
+  fs::copy_file(db, copy);
+  for (const uint32_t flags : {0u, uint32_t(TNX_OPEN_READ_ONLY)}) {
+    CAPTURE(flags);
+    Store s;
+    Res o = s.open(copy, flags);
+    CHECK(o.st == TNX_ECORRUPT);
+    CHECK_MESSAGE(contains(o.err, "sqlite: database '" + copy + "' was not closed cleanly"), o.err);
+    CHECK_MESSAGE(contains(o.err, "its write-ahead log '" + copy + "-wal' is missing"), o.err);
+    CHECK_MESSAGE(contains(o.err, "?wal_missing=accept"), o.err);
+  }
+  // Accepting the loss opens it: what the file holds, without the lost saves.
+  {
+    Store s;
+    Res o = s.open(copy + "?wal_missing=accept", TNX_OPEN_READ_ONLY);
+    REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+    CHECK(s.list_all(Query{}).size() == 1);
+  }
+  // With its -wal the original is sound and complete.
+  Store w;
+  must_open(w, db);
+  CHECK(w.list_all(Query{}).size() == 4);
+  // A copy made while a writer runs is refused the same way...
+  must_save(w, task("live", 20));
+  const std::string live_copy = dir / "live.db";
+  fs::copy_file(db, live_copy);
+  Store s;
+  CHECK(s.open(live_copy, TNX_OPEN_READ_ONLY).st == TNX_ECORRUPT);
+  // ...but a consistent online backup (VACUUM INTO, as the backup API) is
+  // complete and opens without complaint, while the writer still runs.
+  const std::string backup = dir / "backup.db";
+  {
+    RawDb raw(db);
+    raw.exec("VACUUM INTO '" + backup + "'");
+  }
+  Res o = s.open(backup, TNX_OPEN_READ_ONLY);
+  REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+  CHECK(s.list_all(Query{}).size() == 5);
+  s.close();
+  // Past SQLite's auto-checkpoint size (1000 pages) the writer's own
+  // checkpoints move the saves into the file and keep it saying "open".
+  const std::string blob = ",\"blob\":\"" + std::string(100 * 1024, 'b') + "\"";
+  for (int i = 0; i < 60; ++i) must_save(w, task("big" + std::to_string(i), 30 + i, "c", "working", "", "", blob));
+  CHECK(fs::file_size(db) > (4u << 20));  // checkpointed into the database file
+  const std::string late_copy = dir / "late.db";
+  fs::copy_file(db, late_copy);
+  CHECK(s.open(late_copy, TNX_OPEN_READ_ONLY).st == TNX_ECORRUPT);
+  w.close();
+  // A clean close: the file alone is complete and sound.
+  REQUIRE_FALSE(fs::exists(db + "-wal"));
+  o = s.open(db, TNX_OPEN_READ_ONLY);
+  REQUIRE_MESSAGE(o.st == TNX_OK, o.err);
+  CHECK(s.list_all(Query{}).size() == 65);
+}
+
 TEST_CASE("errors: a FIFO, a directory are refused at once as not regular files (read-only too)") {
   TempDir dir;
   const std::string fifo = dir / "f.db";

@@ -127,6 +127,24 @@ std::string insecure(const fs::path &p, const char *what) {
   return {};
 }
 
+// Why a plugin candidate of type `t` (from stat(2), which never opens it: a
+// FIFO opened for reading would block until a writer came) is not loaded;
+// "" for a regular file.
+std::string not_regular(fs::file_type t) {
+  const char *what = nullptr;
+  switch (t) {
+    case fs::file_type::regular: return {};
+    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
+    case fs::file_type::socket: what = "a socket"; break;
+    case fs::file_type::character: what = "a character device"; break;
+    case fs::file_type::block: what = "a block device"; break;
+    case fs::file_type::directory: what = "a directory"; break;
+    case fs::file_type::not_found: what = "nothing (it does not exist)"; break;
+    default: what = "a file of an unknown type"; break;
+  }
+  return std::string("not a regular file but ") + what + "; only regular *.so files are loaded, this one is skipped";
+}
+
 bool inside(const fs::path &child, const fs::path &dir) {
   auto d = dir.begin(), c = child.begin();
   for (; d != dir.end(); ++d, ++c)
@@ -241,7 +259,9 @@ struct PluginRegistry::Impl {
       if (why != nullptr) *why = "already refused";
       return false;
     }
-    if (!fs::is_regular_file(canon, ec)) return refuse("not a regular file");
+    const fs::file_status st = fs::status(canon, ec);
+    if (ec) return refuse("cannot stat: " + ec.message());
+    if (const std::string bad_type = not_regular(st.type()); !bad_type.empty()) return refuse(bad_type);
 
     boost::dll::shared_library lib;
     boost::dll::fs::error_code lec;
@@ -341,7 +361,16 @@ struct PluginRegistry::Impl {
             continue;
           }
         }
-        if (!it->is_regular_file(sec)) continue;
+        // Subdirectories are not looked into (a directory named *.so is
+        // not a plugin file and says nothing); any other file that is not
+        // regular (a FIFO, a socket, a device) is reported, never opened.
+        const fs::file_status st = it->status(sec);
+        if (!sec && st.type() == fs::file_type::directory) continue;
+        const std::string bad_type = sec ? "cannot stat: " + sec.message() : not_regular(st.type());
+        if (!bad_type.empty()) {
+          if (seen.insert("special:" + p.string()).second) fail(p.string(), bad_type);
+          continue;
+        }
         files.push_back(p);
       }
       if (ec) {

@@ -206,6 +206,32 @@ Task TaskRecord::task() const {
   return t;
 }
 
+Task TaskRecord::a2a_task() const {
+  Task t = task();
+  if (const std::string why = a2a_task_problem(t); !why.empty())
+    throw StoreError(Status::corrupt, "stored task '" + id + "' is not a valid A2A Task: " + why);
+  return t;
+}
+
+std::string a2a_task_problem(const Task &t) {
+  const auto &d = t.json();
+  std::string out;
+  auto add = [&](const char *why) { out += (out.empty() ? "" : "; ") + std::string(why); };
+  if (!d.IsObject()) return "a Task must be a JSON object";
+  auto ctx = d.FindMember("contextId");
+  if (ctx == d.MemberEnd() || !ctx->value.IsString() || ctx->value.GetStringLength() == 0)
+    add("\"contextId\" is required (a non-empty string)");
+  auto st = d.FindMember("status");
+  if (st == d.MemberEnd() || !st->value.IsObject() || !st->value.HasMember("state"))
+    add("\"status\" with a \"state\" is required, e.g. {\"state\":\"submitted\"}");
+  auto kind = d.FindMember("kind");
+  if (kind != d.MemberEnd() &&
+      (!kind->value.IsString() ||
+       std::string_view(kind->value.GetString(), kind->value.GetStringLength()) != "task"))
+    add("\"kind\" must be \"task\"");
+  return out;
+}
+
 int64_t now_us() noexcept {
   using namespace std::chrono;
   return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();

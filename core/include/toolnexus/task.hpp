@@ -129,7 +129,23 @@ struct TaskRecord {
   /// record has a problem, or the stored bytes are not a valid Task or are
   /// the JSON of another id.
   Task task() const;
+
+  /// task(), for serving: also throws StoreError(Status::corrupt) "stored
+  /// task 'ID' is not a valid A2A Task: WHY" when a2a_task_problem() finds
+  /// something missing. What a server answers and streams goes through here,
+  /// so a record the store took (it asks only for an id) but `store put`
+  /// would refuse is treated as unreadable, never served without a status.
+  Task a2a_task() const;
 };
+
+/// "" when `t` has what A2A requires of a Task that is served (v0.3 section
+/// 6.1 Task, v1.0 section 4.1.1: "id", "contextId" a non-empty string,
+/// "status" an object with a "state"; "kind", when present, "task", since
+/// v1.0 has no kind); otherwise every problem found, joined by "; ", e.g.
+/// "\"status\" with a \"state\" is required, e.g. {\"state\":\"submitted\"}".
+/// Task::validate() is the store's contract (an object with an id); this is
+/// the rule of `toolnexus store put`, `store check` and the server. Pure.
+std::string a2a_task_problem(const Task &t);
 
 /// Current time in microseconds since the Unix epoch (UTC).
 int64_t now_us() noexcept;

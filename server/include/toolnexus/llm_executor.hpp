@@ -27,8 +27,11 @@
 //
 // Failures end the Task in failed with a status message that names the
 // endpoint and quotes its error (HTTP status, error.code/type,
-// error.message), never the API key (any occurrence of the key in quoted
-// text is replaced by "[redacted]"). 429 and 5xx answers, timeouts and
+// error.message), never the API key. Nothing the agent returns holds the
+// key: every occurrence of it in the artifacts, status messages, pending
+// request data (tool-call arguments, the saved conversation), progress and
+// exception texts is replaced by "[redacted]" at the one exit of execute().
+// 429 and 5xx answers, timeouts and
 // connection errors are retried up to LlmOptions::max_retries times with
 // exponential backoff (honouring Retry-After up to retry_max_ms); other 4xx
 // answers are not retried.

@@ -234,6 +234,10 @@ class LlmExecutor final : public AgentExecutor {
         throw std::invalid_argument("llm.api_key_env names the environment variable " + o_.api_key_env +
                                     ", which is not set (or empty)");
       api_key_ = key;
+      rapidjson::Value k(rapidjson::StringRef(api_key_.data(), static_cast<rapidjson::SizeType>(api_key_.size())));
+      std::string quoted = to_json(k);
+      quoted = quoted.substr(1, quoted.size() - 2);
+      if (quoted != api_key_) api_key_escaped_ = quoted;
     }
 
     if (https_) {
@@ -267,7 +271,48 @@ class LlmExecutor final : public AgentExecutor {
                        {"What can you do?"}}};
   }
 
+  // The one door of every run: whatever the steps below produce (the
+  // artifacts, the status message, the pending request with its tool-call
+  // arguments and conversation, progress, an exception's text) passes
+  // through redaction of the API key here before the server sees it, so a
+  // model that echoes the key (in a 200 answer, a tool call, anywhere)
+  // cannot have it stored or returned.
   ExecutionResult execute(const ExecutionContext &ctx) override {
+    RedactingProgress progress(ctx.progress, *this);
+    const ExecutionContext inner{ctx.task, ctx.pending, ctx.latest_text, ctx.cancel_requested, progress};
+    ExecutionResult r;
+    try {
+      r = step(inner);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(redact(e.what()));
+    }
+    r.message = redact(std::move(r.message));
+    redact_json(r.artifacts, r.artifacts.GetAllocator());
+    redact_json(r.request_data, r.request_data.GetAllocator());
+    return r;
+  }
+
+ private:
+  // TaskProgress that redacts what it passes on to the server's.
+  class RedactingProgress final : public TaskProgress {
+   public:
+    RedactingProgress(TaskProgress &to, const LlmExecutor &by) : to_(to), by_(by) {}
+    void status(std::string_view text) override { to_.status(by_.redact(std::string(text))); }
+    void artifact_chunk(std::string_view artifact_id, std::string_view name, const rapidjson::Value &parts,
+                        bool last_chunk) override {
+      rapidjson::Document copy;
+      copy.CopyFrom(parts, copy.GetAllocator());
+      by_.redact_json(copy, copy.GetAllocator());
+      to_.artifact_chunk(by_.redact(std::string(artifact_id)), by_.redact(std::string(name)), copy, last_chunk);
+    }
+
+   private:
+    TaskProgress &to_;
+    const LlmExecutor &by_;
+  };
+
+  // One run: a first run, or the answer to a pending tool call.
+  ExecutionResult step(const ExecutionContext &ctx) {
     rapidjson::Document conv(rapidjson::kObjectType);
     auto &a = conv.GetAllocator();
     rapidjson::Value messages(rapidjson::kArrayType);
@@ -332,7 +377,6 @@ class LlmExecutor final : public AgentExecutor {
     return run(ctx, conv);
   }
 
- private:
   // Model calls until an answer, a parked tool call or a failure.
   ExecutionResult run(const ExecutionContext &ctx, rapidjson::Document &conv) {
     for (int n = 0; n < o_.max_model_calls; ++n) {
@@ -502,11 +546,39 @@ class LlmExecutor final : public AgentExecutor {
     conv["messages"].PushBack(m, a);
   }
 
+  // `text` with every occurrence of the API key, as is or as written inside
+  // a JSON string (a tool call's arguments are JSON in a string), replaced
+  // by "[redacted]".
   std::string redact(std::string text) const {
-    if (api_key_.empty()) return text;
-    for (std::size_t p = text.find(api_key_); p != std::string::npos; p = text.find(api_key_, p))
-      text.replace(p, api_key_.size(), "[redacted]");
+    for (const std::string *key : {&api_key_, &api_key_escaped_}) {
+      if (key->empty()) continue;
+      for (std::size_t p = text.find(*key); p != std::string::npos; p = text.find(*key, p + 10))
+        text.replace(p, key->size(), "[redacted]");
+    }
     return text;
+  }
+
+  // Redacts every string of `v` (member names too), in place.
+  void redact_json(rapidjson::Value &v, rapidjson::Document::AllocatorType &a) const {
+    if (api_key_.empty()) return;
+    auto fix = [&](rapidjson::Value &s) {
+      const std::string_view text(s.GetString(), s.GetStringLength());
+      if (text.find(api_key_) == std::string_view::npos &&
+          (api_key_escaped_.empty() || text.find(api_key_escaped_) == std::string_view::npos))
+        return;
+      const std::string clean = redact(std::string(text));
+      s.SetString(clean.data(), static_cast<rapidjson::SizeType>(clean.size()), a);
+    };
+    if (v.IsString()) {
+      fix(v);
+    } else if (v.IsArray()) {
+      for (auto &e : v.GetArray()) redact_json(e, a);
+    } else if (v.IsObject()) {
+      for (auto it = v.MemberBegin(); it != v.MemberEnd(); ++it) {
+        fix(it->name);
+        redact_json(it->value, a);
+      }
+    }
   }
 
   // One chat completion, with retries. Fills `answer` and returns nothing on
@@ -549,6 +621,11 @@ class LlmExecutor final : public AgentExecutor {
       ++made;
       if (r.status == 200 || !retryable(r)) break;
     }
+    // Redacted as it arrives, before any excerpt could cut a key in two and
+    // leave a prefix of it that a later redaction would not recognise.
+    r.body = redact(std::move(r.body));
+    r.reason = redact(std::move(r.reason));
+    r.transport_error = redact(std::move(r.transport_error));
     const std::string tries = made > 1 ? " (after " + std::to_string(made) + " attempts)" : std::string();
     if (r.status == 0 && r.final)
       return ExecutionResult::failed(redact("The model endpoint failed: POST " + url_ + ": " + r.transport_error));
@@ -638,6 +715,8 @@ class LlmExecutor final : public AgentExecutor {
   std::string path_;
   std::string url_;
   std::string api_key_;
+  /// api_key_ as written inside a JSON string, when that differs ("" else).
+  std::string api_key_escaped_;
   rapidjson::Document tools_;
   Poco::Net::Context::Ptr tls_;
 };

@@ -374,7 +374,7 @@ void PushDeliverer::sweep() {
         if (rec.version == 0 || rec.json.find(kPushKey) == std::string::npos) continue;
         try {
           Snapshot s;
-          s.task = rec.task();
+          s.task = rec.a2a_task();
           s.version = rec.version;
           notify(s);
         } catch (const std::exception &) {
@@ -390,7 +390,7 @@ void PushDeliverer::sweep() {
 bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
   std::optional<TaskRecord> rec = lifecycle_.store()->get(id);
   if (!rec) return true;
-  const Task task = rec->task();
+  const Task task = rec->a2a_task();
   const rapidjson::Value *configs = configs_of(task);
   if (configs == nullptr) return true;
   const uint64_t seq = event_seq(task);

@@ -74,7 +74,7 @@ void TaskLifecycle::renew_due() {
       active->checked_us = t;
       bool gone = !rec;
       if (rec) {
-        const Task task = rec->task();
+        const Task task = rec->a2a_task();
         const std::string_view state = task.state();
         gone = ts::is_terminal(state) ||
                ((state == ts::kWorking || state == ts::kSubmitted) &&
@@ -150,7 +150,7 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
   };
   Snapshot s;
   try {
-    s.task = rec.task();
+    s.task = rec.a2a_task();
   } catch (const StoreError &e) {
     log_.warn(std::string("lease sweep: skipping an unreadable Task: ") + e.what());
     return false;

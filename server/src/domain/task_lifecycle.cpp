@@ -340,7 +340,7 @@ Snapshot TaskLifecycle::persist(const std::string &task_id) {
   std::optional<TaskRecord> rec = store_->get(task_id);
   if (!rec) throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(task_id) + " not found");
   Snapshot s;
-  s.task = rec->task();
+  s.task = rec->a2a_task();
   s.version = rec->version;
   s.owner = std::move(rec->owner);
   s.tenant = std::move(rec->tenant);

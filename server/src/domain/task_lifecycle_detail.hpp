@@ -74,7 +74,7 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
     } else {
       std::optional<TaskRecord> rec = store_->get(id);
       if (!rec) return r;
-      r.snap.task = rec->task();
+      r.snap.task = rec->a2a_task();
       r.snap.version = rec->version;
       r.snap.owner = std::move(rec->owner);
       r.snap.tenant = std::move(rec->tenant);

@@ -327,7 +327,7 @@ void TaskWatch::poll_loop() {
         rec = store_->get(id);
         if (rec) {
           auto p = std::make_shared<Snapshot>();
-          p->task = rec->task();
+          p->task = rec->a2a_task();
           p->version = rec->version;
           p->owner = std::move(rec->owner);
           p->tenant = std::move(rec->tenant);

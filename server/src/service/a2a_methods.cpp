@@ -572,7 +572,7 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
   std::optional<TaskRecord> rec = lifecycle_.store()->get(task_id);
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
     throw LifecycleError(LifecycleErrc::not_found, not_found);
-  const Task task = rec->task();
+  const Task task = rec->a2a_task();
   const std::vector<PushConfig> configs = push_configs(task);
   if (m == A2AMethod::push_get) {
     // v0.3 allows leaving out the config id: the Task's first config.
@@ -670,7 +670,7 @@ void A2AMethods::stream(A2AMethod m, const rapidjson::Value &p, const CallContex
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
     throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(id) + " not found");
   auto snap = std::make_shared<Snapshot>();
-  snap->task = rec->task();
+  snap->task = rec->a2a_task();
   snap->version = rec->version;
   snap->owner = std::move(rec->owner);
   snap->tenant = std::move(rec->tenant);
@@ -698,16 +698,20 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
     // The stored bytes, less private metadata, are the answer, without a
     // DOM. Most stored Tasks (all terminal ones) have no private metadata:
     // those are checked and spliced in as they are; the others filtered.
+    // A record the checks refuse is parsed again to say why (a2a_task()
+    // throws StoreError corrupt naming what is wrong or missing).
+    const auto refuse = [&rec] {
+      (void)rec->a2a_task();
+      throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
+    };
     if (rec->json.find("\"toolnexus/") == std::string::npos) {
-      if (!is_stored_task_of(rec->json, rec->id))
-        throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
+      if (!is_stored_task_of(rec->json, rec->id)) refuse();
       w.RawValue(rec->json.data(), rec->json.size(), rapidjson::kObjectType);
       return;
     }
     rapidjson::StringBuffer &scratch = thread_state().scratch;
     scratch.Clear();
-    if (!filter_stored_task_v03(rec->json, rec->id, scratch))
-      throw StoreError(Status::corrupt, "stored task '" + rec->id + "' is not a valid JSON object with that id");
+    if (!filter_stored_task_v03(rec->json, rec->id, scratch)) refuse();
     w.RawValue(scratch.GetString(), scratch.GetSize(), rapidjson::kObjectType);
     if (scratch.GetSize() > 256 * 1024) {  // do not pin big buffers
       scratch.Clear();
@@ -715,7 +719,7 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
     }
     return;
   }
-  const Task task = rec->task();
+  const Task task = rec->a2a_task();
   TaskView view;
   view.history_length = history_length.value_or(-1);
   write_view(w, task, call.dialect, view);
@@ -798,7 +802,7 @@ void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, 
     try {
       if (rec.version == 0) throw StoreError(Status::corrupt, "stored task '" + rec.id + "' is unreadable" +
                                                                   (rec.problem.empty() ? "" : ": " + rec.problem));
-      tasks.push_back(rec.task());
+      tasks.push_back(rec.a2a_task());
     } catch (const StoreError &e) {
       if (e.code() != Status::corrupt) throw;
       log_.error(std::string("ListTasks left out an unreadable record (run `toolnexus store check` on the "

@@ -263,12 +263,42 @@ void write_task_v1(JsonWriter &w, const rapidjson::Value &task, const TaskView &
 
 // SAX filter for filter_stored_task_v03: copies events to a writer, leaving
 // out private members of the top-level "metadata" object (and "metadata"
-// itself when nothing public is in it), and records the top-level "id".
+// itself when nothing public is in it), records the top-level "id", and
+// notes what a2a_task_problem() asks of a served Task (a non-empty string
+// "contextId", a "status" object with a "state", "kind" "task" if present).
 template <class Writer>
 struct StoredTaskFilter {
   explicit StoredTaskFilter(Writer &writer) : w(writer) {}
 
   Writer &w;
+  // The A2A shape (a2a_ok()): which top-level member's value comes next.
+  enum class Top { other, context_id, status, kind };
+  Top top = Top::other;
+  bool in_status = false;  // directly inside the top-level status object
+  bool has_context = false;
+  bool has_state = false;
+  bool kind_ok = true;
+  bool a2a_ok() const { return has_context && has_state && kind_ok; }
+  // A scalar value at `depth`: a string (`s`) or not (nullptr).
+  void shape_scalar(const char *s, rapidjson::SizeType n) {
+    if (depth != 1) return;
+    if (top == Top::context_id && s != nullptr && n > 0) has_context = true;
+    if (top == Top::kind) kind_ok = s != nullptr && std::string_view(s, n) == "task";
+    top = Top::other;
+  }
+  // An object or array opened, `depth` already counting it.
+  void shape_open(bool object) {
+    if (depth != 2) return;
+    if (top == Top::status && object) in_status = true;
+    if (top == Top::kind) kind_ok = false;
+    top = Top::other;
+  }
+  void shape_key(std::string_view k) {
+    if (depth == 1)
+      top = k == "contextId" ? Top::context_id : k == "status" ? Top::status : k == "kind" ? Top::kind : Top::other;
+    else if (depth == 2 && in_status && k == "state")
+      has_state = true;
+  }
   int depth = 0;           // nesting of the event being handled
   int skip = 0;            // > 0: inside a skipped value, this many levels deep
   bool skip_scalar = false;  // the next scalar value is skipped
@@ -298,6 +328,7 @@ struct StoredTaskFilter {
   }
   bool Null() {
     next_is_id = false;
+    shape_scalar(nullptr, 0);
     if (skipping_scalar()) return true;
     if (next_is_metadata) {  // "metadata": null is left out
       next_is_metadata = false;
@@ -307,6 +338,7 @@ struct StoredTaskFilter {
   }
   bool Bool(bool b) {
     next_is_id = false;
+    shape_scalar(nullptr, 0);
     if (skipping_scalar()) return true;
     scalar_pending_metadata();
     return w.Bool(b);
@@ -318,12 +350,14 @@ struct StoredTaskFilter {
   bool Double(double) { return false; }
   bool RawNumber(const char *s, rapidjson::SizeType n, bool) {
     next_is_id = false;
+    shape_scalar(nullptr, 0);
     if (skipping_scalar()) return true;
     scalar_pending_metadata();
     // Verbatim (Writer::RawNumber would quote it).
     return w.RawValue(s, n, rapidjson::kNumberType);
   }
   bool String(const char *s, rapidjson::SizeType n, bool) {
+    shape_scalar(s, n);
     if (next_is_id && !seen_id) {
       id.assign(s, n);
       seen_id = true;
@@ -336,6 +370,7 @@ struct StoredTaskFilter {
   bool Key(const char *s, rapidjson::SizeType n, bool) {
     if (skip > 0) return true;
     const std::string_view k(s, n);
+    shape_key(k);
     if (depth == 1) {
       next_is_id = k == "id";
       if (k == "metadata") {
@@ -358,6 +393,7 @@ struct StoredTaskFilter {
   bool StartObject() {
     ++depth;
     next_is_id = false;
+    shape_open(true);
     if (skip > 0 || skip_scalar) {
       skip_scalar = false;
       ++skip;
@@ -372,6 +408,7 @@ struct StoredTaskFilter {
   }
   bool EndObject(rapidjson::SizeType) {
     --depth;
+    if (depth == 1) in_status = false;
     if (skip > 0) {
       --skip;
       return true;
@@ -386,6 +423,7 @@ struct StoredTaskFilter {
   bool StartArray() {
     ++depth;
     next_is_id = false;
+    shape_open(false);
     if (skip > 0 || skip_scalar) {
       skip_scalar = false;
       ++skip;
@@ -659,7 +697,7 @@ bool run_stored_task_filter(std::string_view json, std::string_view id, Writer &
   // Nothing but blanks may follow the object.
   for (std::size_t p = in.Tell(); p < json.size(); ++p)
     if (json[p] != ' ' && json[p] != '\n' && json[p] != '\r' && json[p] != '\t') return false;
-  return filter.seen_id && filter.id == id && w.IsComplete();
+  return filter.seen_id && filter.id == id && filter.a2a_ok() && w.IsComplete();
 }
 
 }  // namespace

@@ -99,12 +99,15 @@ void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d);
 /// path): appends to `out` the JSON of `json` less its private metadata.
 /// Returns false (leaving `out` with partial output the caller discards)
 /// when `json` is not one well-formed, UTF-8-valid JSON object whose
-/// top-level "id" is `id`: bytes that belong to another Task are never
-/// served as this one. Iterative (no recursion on nesting).
+/// top-level "id" is `id` (bytes that belong to another Task are never
+/// served as this one), or lacks what a2a_task_problem() requires (a
+/// non-empty "contextId", "status" with a "state", "kind" "task" if
+/// present). Iterative (no recursion on nesting).
 bool filter_stored_task_v03(std::string_view json, std::string_view id, rapidjson::StringBuffer &out);
 
 /// The check of filter_stored_task_v03 alone, writing nothing: `json` is one
-/// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`.
+/// well-formed, UTF-8-valid JSON object whose top-level "id" is `id`, with
+/// what a2a_task_problem() requires.
 bool is_stored_task_of(std::string_view json, std::string_view id);
 
 /// The part metadata key that marks a stored data part whose "data" is
