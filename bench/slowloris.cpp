@@ -142,8 +142,9 @@ int main(int argc, char **argv) {
     for (int s : slow) ::close(s);
     std::printf("slowloris: %d slow clients, %d request threads, header timeout %d ms\n", slow_clients,
                 request_threads, header_timeout_ms);
+    const double worst = ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end());
     std::printf("ListTasks beside them: %zu answered in %.1f s; latency ms p50 %.2f p99 %.2f max %.2f\n", ms.size(),
-                seconds, percentile(ms, 0.5), percentile(ms, 0.99), ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end()));
+                seconds, percentile(ms, 0.5), percentile(ms, 0.99), worst);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "slowloris: %s\n", e.what());
     return 1;
