@@ -8,7 +8,8 @@
 #                doctest, no Node.js), configures with
 #                -DTOOLNEXUS_BUILD_TESTS=OFF and runs `toolnexus serve ARGS`
 #   ./dev test   installs the serving and the test packages, configures with
-#                -DTOOLNEXUS_BUILD_TESTS=ON and runs ctest
+#                -DTOOLNEXUS_BUILD_TESTS=ON and runs ctest; adds Debian's
+#                nodejs and npm only where node or npm is missing
 #   ./dev serve  once the test packages are there: no OFF (a test build stays)
 #   as a user other than root, apt-get runs through sudo
 #
@@ -42,9 +43,19 @@ printf '#!/usr/bin/env bash\nif [ "$1" = -u ]; then cat "%s/uid" 2>/dev/null || 
   "$TMP" >"$shims/id"
 chmod +x "$shims"/* "$TMP/build/bin/toolnexus"
 
+# PATH holds no node and npm (./dev decides on them by PATH), only the tools
+# ./dev and the stand-ins use; tests put stand-ins for node and npm in
+# $node_dir when a machine should have them.
+rest="$TMP/rest"
+node_dir="$TMP/node"
+mkdir -p "$rest" "$node_dir"
+for tool in bash env dirname nproc grep sed cat; do
+  ln -s "$(command -v "$tool")" "$rest/$tool" || fail "no $tool on PATH"
+done
+
 run_dev() { # ARGS...
   : >"$log"
-  PATH="$shims:$PATH" BUILD_DIR="$TMP/build" TOOLNEXUS_JOBS=1 "$src/dev" "$@" >"$TMP/out" 2>&1 ||
+  PATH="$shims:$node_dir:$rest" BUILD_DIR="$TMP/build" TOOLNEXUS_JOBS=1 "$src/dev" "$@" >"$TMP/out" 2>&1 ||
     fail "./dev $* exited non-zero: $(cat "$TMP/out")"
 }
 installs() { sed -n 's/^apt-get install -y -q --no-install-recommends //p' "$log"; }
@@ -62,15 +73,28 @@ grep -q '^cmake --build .* --target toolnexus --target tnx_memory' "$log" || fai
 tail -n 1 "$log" | grep -qx 'toolnexus serve --listen 127.0.0.1:9999' || fail "./dev serve runs: $(tail -n 1 "$log")"
 echo "ok: ./dev serve installs only: $(installs)"
 
-# 2. test: everything, tests on.
+# 2. test: everything, tests on; on a machine without node and npm, Debian's.
 tr ' ' '\n' <<<"$serve_pkgs" >"$TMP/installed"
 run_dev test
-want="$test_pkgs"
-command -v node >/dev/null 2>&1 || want="$want nodejs npm"
-[ "$(installs)" = "$want" ] || fail "./dev test installs '$(installs)', want '$want'"
+want="$test_pkgs nodejs npm"
+[ "$(installs)" = "$want" ] || fail "./dev test without node installs '$(installs)', want '$want'"
 grep -q '^cmake -S .* -G Ninja -DTOOLNEXUS_BUILD_TESTS=ON' "$log" || fail "./dev test configures: $(cat "$log")"
 grep -q '^ctest --output-on-failure' "$log" || fail "./dev test does not run ctest: $(cat "$log")"
 echo "ok: ./dev test adds: $(installs)"
+
+# 2b. a machine's own node and npm are kept (whatever their version: the
+# client tests bring node 20 themselves when it is older); node without npm
+# is not enough.
+printf '#!/bin/sh\nexit 0\n' >"$node_dir/node"
+chmod +x "$node_dir/node"
+run_dev test
+want="$test_pkgs nodejs npm"
+[ "$(installs)" = "$want" ] || fail "./dev test with node but no npm installs '$(installs)', want '$want'"
+cp "$node_dir/node" "$node_dir/npm"
+run_dev test
+[ "$(installs)" = "$test_pkgs" ] || fail "./dev test with node and npm installs '$(installs)', want '$test_pkgs'"
+echo "ok: ./dev test keeps the machine's node and npm"
+rm -f "$node_dir/node" "$node_dir/npm"
 
 # 3. serve once everything is installed: nothing to install, the tests stay
 # configured (no OFF).

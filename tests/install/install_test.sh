@@ -29,8 +29,9 @@
 #      damaged one
 #
 # usage: install_test.sh BUILD_DIR SOURCE_DIR
-# Needs: cmake, a C compiler (cc, or $CC), a C++ compiler (c++, or $CXX),
-# nm (binutils), pkg-config, python3.
+# Needs: cmake, ninja (ninja-build: every configure here uses -G Ninja, as
+# ./dev does, so `make` is not needed), a C compiler (cc, or $CC), a C++
+# compiler (c++, or $CXX), nm (binutils), pkg-config, python3.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -85,11 +86,12 @@ run_logged() {
   fi
 }
 
-for tool in cmake python3 nm pkg-config "${CC:-cc}" "${CXX:-c++}"; do
+for tool in cmake ninja python3 nm pkg-config "${CC:-cc}" "${CXX:-c++}"; do
   command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is not installed (needed by this test)"
 done
-gen=()
-if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+# Every configure uses Ninja, the generator ./dev installs (CMake's default,
+# Unix Makefiles, needs `make`, which ./dev does not install).
+gen=(-G Ninja)
 
 # --------------------------------------------------------------------------
 step "1. cmake --install $build --prefix \$TMP/prefix"
@@ -141,12 +143,17 @@ project(needs_server LANGUAGES NONE)
 find_package(toolnexus 0.1 REQUIRED COMPONENTS server)
 EOF
 rc=0
-cmake -S "$TMP/needs-server" -B "$TMP/needs-server/build" -DCMAKE_PREFIX_PATH="$prefix" "${no_registry[@]}" \
-  -DCMAKE_DISABLE_FIND_PACKAGE_RapidJSON=ON >"$TMP/needs-server.log" 2>&1 || rc=$?
+cmake -S "$TMP/needs-server" -B "$TMP/needs-server/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+  "${no_registry[@]}" -DCMAKE_DISABLE_FIND_PACKAGE_RapidJSON=ON >"$TMP/needs-server.log" 2>&1 || rc=$?
 logs+=("$TMP/needs-server.log")
 [ "$rc" -ne 0 ] || fail "find_package(toolnexus COMPONENTS server) succeeded without RapidJSON"
-grep -q "rapidjson-dev" "$TMP/needs-server.log" ||
-  fail "find_package(toolnexus COMPONENTS server) without RapidJSON does not say what is missing"
+# It must fail for RapidJSON, naming the package; a configure that failed
+# before find_package (no generator, no compiler) says what really is missing.
+if ! grep -q "rapidjson-dev" "$TMP/needs-server.log"; then
+  cat "$TMP/needs-server.log" >&2
+  fail "configuring find_package(toolnexus COMPONENTS server) without RapidJSON failed, but not naming" \
+    "rapidjson-dev; CMake said: $(grep -m 1 -A 3 'CMake Error' "$TMP/needs-server.log" | tr -s ' \n' ' ')"
+fi
 ok "COMPONENTS server without RapidJSON: refused, naming rapidjson-dev"
 # pkg-config, with only the install's .pc files visible (no RapidJSON.pc):
 # the SDK needs nothing; core names its RapidJSON requirement.
