@@ -309,41 +309,6 @@ TEST_CASE("store check reports a record that store put would refuse (no status, 
   fs::remove_all(dir);
 }
 
-TEST_CASE("store check on a sqlite database copied without its -wal says what was lost (exit 2) and reads nothing "
-          "into it; wal_missing=accept reads what is there") {
-  fs::path dir = temp_dir();
-  const std::string db = (dir / "t.db").string(), copy = (dir / "copy.db").string();
-  {
-    auto s = resolve_store("sqlite:" + db);
-    s->save(Task::parse(task_json("a", "c", "working", 1)));
-    s->close();
-  }
-  {
-    // A running writer: the file alone, copied now, lacks the -wal's saves
-    // (Task b): before, check said "1 sound, 0 bad".
-    auto s = resolve_store("sqlite:" + db);
-    s->save(Task::parse(task_json("b", "c", "working", 2)));
-    fs::copy_file(db, copy);
-    s->close();
-  }
-  const std::string copy_before = slurp(copy);
-  Run r = run({"store", "check", "sqlite:" + copy});
-  CHECK(r.code == 2);
-  CHECK_MESSAGE(r.err.find("sqlite: database '" + copy + "' was not closed cleanly (a writer had it open or crashed) but "
-                           "its write-ahead log '" + copy + "-wal' is missing") != std::string::npos,
-                r.err);
-  CHECK(r.out.empty());
-  CHECK(slurp(copy) == copy_before);
-  r = run({"store", "check", "sqlite:" + copy + "?wal_missing=accept"});
-  CHECK(r.code == 0);
-  CHECK(r.out == "1 sound, 0 bad\n");  // b is lost, as accepted
-  // The original, closed cleanly, is sound and whole.
-  r = run({"store", "check", "sqlite:" + db});
-  CHECK(r.code == 0);
-  CHECK(r.out == "2 sound, 0 bad\n");
-  fs::remove_all(dir);
-}
-
 TEST_CASE("copy 10,000 Tasks from file to sqlite and back, field by field") {
   fs::path dir = temp_dir();
   fs::path src = dir / "src", back = dir / "back";
