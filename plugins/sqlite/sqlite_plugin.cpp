@@ -64,11 +64,6 @@
 //       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
 //       changes the database or an existing -wal: with a -wal beside the
 //       file at open, no connection checkpoints on close (Options::keep_wal).
-//   wal_missing=refuse|accept                    default refuse
-//       A database whose -wal is missing although the file says a writer
-//       had it open (copied alone, or the -wal deleted; see
-//       SqliteStore::check_wal_not_lost) is TNX_ECORRUPT at open, saying
-//       what was lost; accept opens it anyway.
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 3, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -97,10 +92,6 @@
 //     tnx_tasks_count_insert/_update/_delete in the same transaction as the
 //     change (so also for writes by other processes or by hand); count (ABI
 //     1.3) sums a few of its rows instead of scanning tnx_tasks.
-//   CREATE TABLE IF NOT EXISTS tnx_wal_guard (id INTEGER PRIMARY KEY, open)
-//     one row, made by any writer in WAL mode (outside the schema version:
-//     older plugins ignore it): whether the database file may lack saves
-//     that are in its -wal (SqliteStore::guard_open, check_wal_not_lost).
 //
 //   Schema history: 0 = empty file (the schema is created); 1 = the first
 //   layout (tnx_tasks without tenant and version, index tnx_tasks_by_time
@@ -232,11 +223,6 @@ struct Options {
   /// at open the close may checkpoint: it removes the empty -wal (and -shm)
   /// the open made, and folds only what a writer saved during the read.
   bool keep_wal = false;
-  /// A -wal file was beside the database when the store opened.
-  bool wal_at_open = false;
-  /// wal_missing=accept: open a database whose -wal is missing although it
-  /// was not closed cleanly (see SqliteStore::check_wal_not_lost).
-  bool accept_missing_wal = false;
 };
 
 const char *sync_name(Sync s) {
@@ -316,8 +302,7 @@ Options parse_location(std::string_view location) {
 
   unsigned seen = 0;
   static const char *const kNames[] = {"synchronous", "busy_timeout_ms", "journal",
-                                       "pool_size",   "max_batch",       "mode",
-                                       "wal_missing"};
+                                       "pool_size",   "max_batch",       "mode"};
   // "path?" alone has no options; otherwise every '&'-separated item must be
   // name=value (so "a=1&" and "&a=1" are errors, not silently accepted).
   bool more = q != std::string_view::npos && !rest.empty();
@@ -334,11 +319,11 @@ Options parse_location(std::string_view location) {
                                   std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
-    while (index < 7 && name != kNames[index]) ++index;
-    if (index == 7)
+    while (index < 6 && name != kNames[index]) ++index;
+    if (index == 6)
       throw Error(TNX_EINVAL, "sqlite: unknown option " + quote(name) +
                                   " (known: synchronous, busy_timeout_ms, journal, pool_size, "
-                                  "max_batch, mode, wal_missing)");
+                                  "max_batch, mode)");
     if (seen & (1u << index))
       throw Error(TNX_EINVAL, "sqlite: option " + std::string(name) + " given twice");
     seen |= 1u << index;
@@ -368,15 +353,10 @@ Options parse_location(std::string_view location) {
       case 4:
         o.max_batch = static_cast<size_t>(parse_int(name, value, 1, 1000, "an integer 1..1000"));
         break;
-      case 5:
+      default:
         if (v == "rw") o.read_only = false;
         else if (v == "ro") o.read_only = true;
         else bad_value(name, value, "rw or ro");
-        break;
-      default:
-        if (v == "refuse") o.accept_missing_wal = false;
-        else if (v == "accept") o.accept_missing_wal = true;
-        else bad_value(name, value, "refuse or accept");
         break;
     }
   }
@@ -1180,8 +1160,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
   /// -wal beside it (looked at before any connection could make one).
   static Options with_keep_wal(Options o) {
     struct stat ws {};
-    o.wal_at_open = ::lstat((o.path + "-wal").c_str(), &ws) == 0;
-    o.keep_wal = o.read_only && o.wal_at_open;
+    o.keep_wal = o.read_only && ::lstat((o.path + "-wal").c_str(), &ws) == 0;
     return o;
   }
 
@@ -1389,10 +1368,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
     const auto limit = std::chrono::milliseconds(opt_.busy_timeout_ms);
     for (int attempt = 0;; ++attempt) {
       try {
-        check_wal_not_lost(w);
         if (!read_only_) configure_writer(w);
         ensure_schema(w);
-        if (!read_only_) guard_open(w);
         return;
       } catch (const SqlError &e) {
         const int primary = e.rc & 0xff;
@@ -1404,80 +1381,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - waited);
         std::this_thread::sleep_for(nap < left ? nap : left);
       }
-    }
-  }
-
-  /// True when the database file's header says WAL mode (file format
-  /// bytes 18 and 19, the write and read versions, are 2).
-  bool header_says_wal() const {
-    unsigned char h[20] = {};
-    const int fd = ::open(opt_.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return false;
-    const ssize_t n = ::pread(fd, h, sizeof h, 0);
-    ::close(fd);
-    return n == static_cast<ssize_t>(sizeof h) && h[18] == 2 && h[19] == 2;
-  }
-
-  /// Refuses (TNX_ECORRUPT) a database that has lost its -wal: the header
-  /// says WAL mode, no -wal was beside it at open, and the database itself
-  /// says a writer had it open (tnx_wal_guard.open = 1: set and checkpointed
-  /// into the file at every writer's open, cleared at a clean close). SQLite
-  /// records nothing of the kind: a WAL-mode file without a -wal is also
-  /// what every clean close leaves. A database copied without its -wal, or
-  /// whose -wal was deleted, silently lacks every save made after its last
-  /// checkpoint; wal_missing=accept opens it anyway.
-  void check_wal_not_lost(Conn &w) {
-    if (opt_.wal_at_open || opt_.accept_missing_wal || !header_says_wal()) return;
-    if (w.query_int("SELECT count(*) FROM sqlite_master WHERE name = 'tnx_wal_guard'", "sqlite: open") == 0) return;
-    if (w.query_int("SELECT coalesce(max(open), 0) FROM tnx_wal_guard", "sqlite: open") == 0) return;
-    throw Error(TNX_ECORRUPT,
-                "sqlite: database '" + opt_.path + "' was not closed cleanly (a writer had it open or crashed) but "
-                "its write-ahead log '" + opt_.path + "-wal' is missing: saves acknowledged after the last "
-                "checkpoint were in that file and are not in the database. Put the -wal back beside it (copy "
-                "the database together with its -wal and -shm, or use `toolnexus store copy` / the sqlite3 "
-                ".backup command for backups); to open it anyway and accept the loss, add ?wal_missing=accept");
-  }
-
-  /// The guard of check_wal_not_lost (WAL journal only). The database FILE
-  /// must say open = 1 whenever the -wal may hold saves it lacks, while
-  /// every consistent reader (SQLite through the -wal, the backup API,
-  /// VACUUM INTO, `store copy`) sees open = 0, so that a proper backup is
-  /// never refused. So each checkpoint this writer makes is framed: open = 1
-  /// committed, the checkpoint (the file now says 1), open = 0 committed
-  /// (only in the -wal). SQLite's own auto-checkpoint, which would copy a 0
-  /// into the file, is replaced on the writer connection by a hook that asks
-  /// for such a framed checkpoint at the same size (1000 pages). A clean
-  /// close leaves 0 in the file (the last close checkpoints the -wal).
-  void guard_open(Conn &w) {
-    if (opt_.journal != Journal::Wal) return;
-    w.exec("CREATE TABLE IF NOT EXISTS tnx_wal_guard (id INTEGER PRIMARY KEY CHECK (id = 1), open INTEGER NOT NULL)",
-           "sqlite: open");
-    sqlite3_wal_hook(w.db(), &SqliteStore::wal_hook, this);
-    guard_checkpoint(w);
-  }
-
-  /// SQLite's WAL hook on the writer: after each commit, `pages` in the -wal.
-  static int wal_hook(void *self, sqlite3 *, const char *, int pages) {
-    if (pages >= 1000) static_cast<SqliteStore *>(self)->ckpt_due_ = true;
-    return SQLITE_OK;
-  }
-
-  /// open = 1, a passive checkpoint, open = 0 (see guard_open). Throws Error.
-  void guard_checkpoint(Conn &w) {
-    w.exec("INSERT OR REPLACE INTO tnx_wal_guard (id, open) VALUES (1, 1)", "sqlite: checkpoint");
-    w.exec("PRAGMA wal_checkpoint(PASSIVE)", "sqlite: checkpoint");
-    w.exec("INSERT OR REPLACE INTO tnx_wal_guard (id, open) VALUES (1, 0)", "sqlite: checkpoint");
-    ckpt_due_ = false;
-  }
-
-  /// The framed checkpoint the WAL hook asked for, after a batch (leader
-  /// only). Never throws: a failed one is tried again after the next batch.
-  void checkpoint_if_due() noexcept {
-    if (!ckpt_due_ || !writer_) return;
-    try {
-      guard_checkpoint(*writer_);
-    } catch (...) {
-      rollback_quietly();
     }
   }
 
@@ -1617,7 +1520,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
         last->next = nullptr;
       }
       run_batch(first);
-      checkpoint_if_due();
       {
         std::lock_guard<std::mutex> lk(wmu_);
         next_leader = head_;
@@ -1838,9 +1740,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
   std::mutex wmu_;
   WriteReq *head_ = nullptr, *tail_ = nullptr;
   bool leader_ = false;
-  /// Set by wal_hook (on the writer connection, so by the current leader or
-  /// the opener): a framed checkpoint is due (see guard_open).
-  bool ckpt_due_ = false;
 
   // Reader pool: idle connections, guarded by rmu_.
   std::mutex rmu_;
@@ -1869,15 +1768,14 @@ const tnx_plugin_descriptor kDescriptor = {
     "options: synchronous=full|extra|normal|off (default full; only full/extra are durable), "
     "busy_timeout_ms=0..3600000 (default 5000), journal=wal|delete|truncate|persist "
     "(default wal), pool_size=1..64 idle read connections (default 64), max_batch=1..1000 "
-    "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw), wal_missing=refuse|accept "
-    "(default refuse)",
+    "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
         TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT,
     &toolnexus::sdk::open_trampoline<open_sqlite>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "sqlite:<path>[?synchronous=full|extra|normal|off&busy_timeout_ms=N"
-    "&journal=wal|delete|truncate|persist&pool_size=N&max_batch=N&mode=rw|ro&wal_missing=refuse|accept]",
+    "&journal=wal|delete|truncate|persist&pool_size=N&max_batch=N&mode=rw|ro]",
 };
 
 }  // namespace
