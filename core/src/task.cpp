@@ -141,8 +141,10 @@ Task Task::parse(std::string_view json) {
   if (nesting_depth(json, kMaxTaskDepth) > kMaxTaskDepth)
     throw InvalidTask("task JSON nests deeper than " + std::to_string(kMaxTaskDepth) + " levels");
   Task t;
-  t.doc_.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(),
-                                                                                  json.size());
+  // Full precision: the default is not exact, and a number changed on
+  // every save and load (2.222222222222222e57 -> ...24e57).
+  t.doc_.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag |
+               rapidjson::kParseFullPrecisionFlag>(json.data(), json.size());
   if (t.doc_.HasParseError()) {
     throw InvalidTask(std::string("task is not valid JSON: ") +
                       rapidjson::GetParseError_En(t.doc_.GetParseError()) + " at byte " +
