@@ -114,6 +114,34 @@ TEST_CASE("invalid UTF-8 is refused") {
   still_up(server.url());
 }
 
+TEST_CASE("a \\u escape of a lone surrogate is refused like invalid UTF-8 (found by fuzz/task_parse_fuzz)") {
+  // RapidJSON decodes "\udc00" alone into bytes that are not UTF-8: the
+  // request was taken, its Task could not be saved, and the client got
+  // -32603 internal error (HTTP+JSON: 500) with three errors in the log.
+  auto server = start();
+  const int port = port_of(server.url());
+  Client c(server.url());
+  const std::string message =
+      R"({"role":"user","messageId":"m","parts":[{"kind":"text","text":"a\udc00b"}]})";
+  auto r = c.post(R"({"jsonrpc":"2.0","id":3,"method":"message/send","params":{"message":)" + message + "}}");
+  REQUIRE(r.status == 200);
+  auto d = parse(r.body);
+  CHECK(error_code(d) == -32700);
+  CHECK(error_message(d) == "parse error: a \\u escape of a lone surrogate (U+D800..U+DFFF), which is no "
+                            "character, at byte 132");
+  Connection rest(port);
+  auto h = rest.post(R"({"message":{"role":"ROLE_USER","messageId":"m2","parts":[{"text":"a\udc00b"}]}})",
+                     "A2A-Version: 1.0\r\n", "/message:send");
+  CHECK(h.status == 400);
+  CHECK(h.body.find("lone surrogate") != std::string::npos);
+  // A surrogate pair is one character, and is stored.
+  r = c.post(R"({"jsonrpc":"2.0","id":4,"method":"message/send","params":{"message":)"
+             R"({"role":"user","messageId":"m3","parts":[{"kind":"text","text":"\ud83d\ude00"}]}}})");
+  CHECK(parse(r.body).HasMember("result"));
+  auto list = c.call("ListTasks", "{}");
+  CHECK(list["result"]["totalSize"].GetUint64() == 1);
+}
+
 TEST_CASE("slow or stuck clients are timed out") {
   auto server = start(/*read_timeout_ms=*/300, /*body_deadline_ms=*/800);
   const int port = port_of(server.url());

@@ -7,6 +7,7 @@
 #include "toolnexus/task_store.hpp"
 
 #include <memory>
+#include <string>
 
 namespace toolnexus::detail {
 
@@ -18,6 +19,13 @@ struct LoadedPlugin {
   const tnx_plugin_descriptor *descriptor = nullptr;
   PluginInfo info;
 };
+
+/// Checks the descriptor a plugin's entry function returned (registry.cpp):
+/// "" when it may be loaded, else the reason ("descriptor lists an invalid
+/// scheme 'A:b' (...)"). Reads `d` and the strings and vtable it points to,
+/// never past the sizes its headers declare for fields newer than ABI 1.0;
+/// `d` may be nullptr (the plugin refused this host). Pure; thread-safe.
+std::string check_descriptor(const tnx_plugin_descriptor *d);
 
 /// Opens a store from `plugin` for "<scheme>:<location>" as `options` say.
 /// `display` is the selector with any password masked, for messages. Throws

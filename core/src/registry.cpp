@@ -157,7 +157,10 @@ const tnx_host_info &host_info() {
   return h;
 }
 
-// Checks a descriptor; returns "" when sound, else the reason.
+}  // namespace
+
+namespace detail {
+
 std::string check_descriptor(const tnx_plugin_descriptor *d) {
   if (d == nullptr)
     return "entry function returned no descriptor (the plugin refused this host, which speaks ABI " +
@@ -191,6 +194,10 @@ std::string check_descriptor(const tnx_plugin_descriptor *d) {
     return "vtable is missing a function (get, save, del, list and close are all required)";
   return {};
 }
+
+}  // namespace detail
+
+namespace {
 
 PluginInfo info_from(const tnx_plugin_descriptor *d, const std::string &path) {
   PluginInfo i;
@@ -281,7 +288,7 @@ struct PluginRegistry::Impl {
       return refuse(std::string("not a toolnexus plugin: no exported function '") + TNX_PLUGIN_ENTRY_NAME + "'");
     auto entry = lib.get<const tnx_plugin_descriptor *(const tnx_host_info *)>(TNX_PLUGIN_ENTRY_NAME);
     const tnx_plugin_descriptor *d = entry(&host_info());
-    std::string bad = check_descriptor(d);
+    std::string bad = detail::check_descriptor(d);
     if (!bad.empty()) return refuse(bad);
 
     auto p = std::make_shared<LoadedPlugin>();

@@ -91,17 +91,69 @@ Task &Task::operator=(const Task &other) {
   return *this;
 }
 
+std::size_t lone_surrogate_escape(std::string_view json) noexcept {
+  if (json.find("\\u") == std::string_view::npos) return std::string_view::npos;  // the common case
+  const auto hex4 = [&](std::size_t at, unsigned &code) {
+    if (at + 4 > json.size()) return false;
+    code = 0;
+    for (std::size_t i = at; i < at + 4; ++i) {
+      const char c = json[i];
+      const unsigned d = c >= '0' && c <= '9'   ? static_cast<unsigned>(c - '0')
+                         : c >= 'a' && c <= 'f' ? static_cast<unsigned>(c - 'a' + 10)
+                         : c >= 'A' && c <= 'F' ? static_cast<unsigned>(c - 'A' + 10)
+                                                : 16u;
+      if (d == 16u) return false;
+      code = code * 16 + d;
+    }
+    return true;
+  };
+  bool in_string = false;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (!in_string) {
+      in_string = c == '"';
+      continue;
+    }
+    if (c == '"') {
+      in_string = false;
+    } else if (c == '\\') {
+      if (i + 1 < json.size() && json[i + 1] == 'u') {
+        unsigned code = 0;
+        if (!hex4(i + 2, code)) return std::string_view::npos;  // not JSON
+        if (code >= 0xDC00 && code <= 0xDFFF) return i;          // a low one first: alone
+        if (code >= 0xD800 && code <= 0xDBFF) {
+          unsigned low = 0;
+          if (i + 7 >= json.size() || json[i + 6] != '\\' || json[i + 7] != 'u' || !hex4(i + 8, low) ||
+              low < 0xDC00 || low > 0xDFFF)
+            return i;
+          i += 6;  // the pair's low half
+        }
+        i += 5;
+      } else {
+        ++i;  // the escaped character
+      }
+    }
+  }
+  return std::string_view::npos;
+}
+
 Task Task::parse(std::string_view json) {
   if (nesting_depth(json, kMaxTaskDepth) > kMaxTaskDepth)
     throw InvalidTask("task JSON nests deeper than " + std::to_string(kMaxTaskDepth) + " levels");
   Task t;
-  t.doc_.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(),
-                                                                                  json.size());
+  // Full precision: the default is not exact, and a number changed on
+  // every save and load (2.222222222222222e57 -> ...24e57).
+  t.doc_.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag |
+               rapidjson::kParseFullPrecisionFlag>(json.data(), json.size());
   if (t.doc_.HasParseError()) {
     throw InvalidTask(std::string("task is not valid JSON: ") +
                       rapidjson::GetParseError_En(t.doc_.GetParseError()) + " at byte " +
                       std::to_string(t.doc_.GetErrorOffset()));
   }
+  // Else to_json() would refuse the Task parse() accepted.
+  if (const std::size_t at = lone_surrogate_escape(json); at != std::string_view::npos)
+    throw InvalidTask("task is not valid JSON: a \\u escape of a lone surrogate (U+D800..U+DFFF), which is "
+                      "no character, at byte " + std::to_string(at));
   t.validate();
   return t;
 }

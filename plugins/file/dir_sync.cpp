@@ -11,18 +11,19 @@ namespace toolnexus::file_plugin {
 int DirSync::wait(uint64_t ticket) {
   Waiter me;
   me.ticket = ticket;
+  bool leader = false;  // read outside the lock: a leader may set me.lead meanwhile (a TSan-found race)
   {
     std::lock_guard<std::mutex> l(m_);
     if (synced_ >= ticket) return 0;
     if (!syncing_) {
       syncing_ = true;
-      me.lead = true;
+      me.lead = leader = true;
     } else {
       (tail_ != nullptr ? tail_->next : head_) = &me;
       tail_ = &me;
     }
   }
-  if (!me.lead) {
+  if (!leader) {
     me.wake.wait();
     if (!me.lead) return me.err;
   }

@@ -165,6 +165,17 @@ bool parse_timestamp(std::string_view text, int64_t &time_us) noexcept;
 /// True when `s` is valid UTF-8 (RFC 3629: no overlongs, no surrogates).
 bool is_valid_utf8(std::string_view s) noexcept;
 
+/// The byte offset in the JSON text `json` of the first "\u" escape of a
+/// lone surrogate (U+D800..U+DFFF not in a high-low pair), or
+/// std::string_view::npos when there is none. Such an escape is no
+/// character (RFC 8259 section 8.2), yet RapidJSON 1.1 decodes a lone low
+/// one ("\udc00") into bytes that are not UTF-8, even with
+/// kParseValidateEncodingFlag: callers that parse JSON and keep its
+/// strings refuse it. Reads escapes inside strings only; `json` should be
+/// JSON that parsed (on other text the answer is meaningless but safe).
+/// Linear, no allocation; thread-safe.
+std::size_t lone_surrogate_escape(std::string_view json) noexcept;
+
 }  // namespace toolnexus
 
 #endif  // TOOLNEXUS_TASK_HPP

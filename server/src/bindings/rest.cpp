@@ -152,6 +152,8 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
         throw RpcError(rpc_code::kParseError,
                        std::string("the request body is not JSON: ") + rapidjson::GetParseError_En(params.GetParseError()) +
                            " at byte " + std::to_string(params.GetErrorOffset()));
+      if (const std::size_t bad = lone_surrogate_escape(request_body); bad != std::string_view::npos)
+        throw RpcError(rpc_code::kParseError, "the request body is not JSON: " + lone_surrogate_message(bad));
       if (!params.IsObject()) throw RpcError(rpc_code::kInvalidRequest, "the request body must be a JSON object");
     } else if (route.method == A2AMethod::send_message || route.method == A2AMethod::send_streaming_message) {
       throw RpcError(rpc_code::kInvalidParams, "invalid params: the body must be a SendMessageRequest "

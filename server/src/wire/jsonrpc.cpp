@@ -1,6 +1,8 @@
 // The JSON-RPC 2.0 envelope: parsing with limits, error responses.
 #include "wire/jsonrpc.hpp"
 
+#include "toolnexus/task.hpp"
+
 #include <rapidjson/error/en.h>
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
@@ -92,6 +94,10 @@ std::size_t id_value_offset(std::string_view body) {
 
 }  // namespace
 
+std::string lone_surrogate_message(std::size_t at) {
+  return "a \\u escape of a lone surrogate (U+D800..U+DFFF), which is no character, at byte " + std::to_string(at);
+}
+
 void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &doc, Envelope &env) {
   env = Envelope{};
   std::string big_id;     // the text of an id beyond a double's range
@@ -130,6 +136,10 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
       throw RpcError(rpc_code::kParseError, "parse error: the request body is empty");
     throw RpcError(rpc_code::kParseError, std::string("parse error: ") + rapidjson::GetParseError_En(code) + at);
   }
+  // RapidJSON takes "\udc00" alone and decodes it into bytes that are not
+  // UTF-8 (the Task holding them could not be saved).
+  if (const std::size_t bad = lone_surrogate_escape(body); bad != std::string_view::npos)
+    throw RpcError(rpc_code::kParseError, "parse error: " + lone_surrogate_message(bad));
   if (doc.IsArray())
     throw RpcError(rpc_code::kInvalidRequest, "batch requests are not supported: send one request object");
   if (!doc.IsObject()) throw RpcError(rpc_code::kInvalidRequest, "a JSON-RPC request must be a JSON object");

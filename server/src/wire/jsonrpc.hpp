@@ -134,13 +134,18 @@ struct Envelope {
 /// member or it is not a number. `body` must be JSON that parsed.
 std::string raw_id_number(std::string_view body);
 
+/// Why JSON with a lone surrogate escape at byte `at` is refused (see
+/// toolnexus::lone_surrogate_escape): "a \\u escape of a lone surrogate
+/// (U+D800..U+DFFF), which is no character, at byte 97".
+std::string lone_surrogate_message(std::size_t at);
+
 /// Parses `body` into `doc` and checks the envelope. On failure throws
 /// RpcError; `env.id` is set as soon as a valid id was read, so the caller
 /// can echo it. Refuses: nesting deeper than `max_depth` (-32600), invalid
 /// UTF-8 (-32700), malformed JSON (-32700), a batch or non-object (-32600),
 /// no id / a bad id (notifications are not supported: -32600), jsonrpc not
 /// "2.0" (-32600), method not a string (-32600), params not an object
-/// (-32602).
+/// (-32602), a \u escape of a lone surrogate (-32700).
 void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &doc, Envelope &env);
 
 /// Builds one response into a reusable buffer.
