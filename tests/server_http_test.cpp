@@ -309,3 +309,46 @@ TEST_CASE("every answer reaches its client while many request workers answer at 
   CHECK(lost.load() == 0);
   CHECK(answered.load() == kClients * kEach);
 }
+
+TEST_CASE("chunked bodies are held to RFC 9112 section 7.1: nothing hides behind a bare LF in a chunk line or a trailer") {
+  // Found by a fresh-user pass: the head was strict, the chunk-size line and
+  // the trailer were not, and a request hidden there was run.
+  auto server = toolnexus::serve(test_options());
+  const int port = port_of(server.url());
+  const std::string hidden = "GET /tasks/SMUGGLED HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  const std::string te = post_head("Transfer-Encoding: chunked\r\n");
+  const std::string size = [] {
+    char b[16];
+    std::snprintf(b, sizeof b, "%zx", kList.size());
+    return std::string(b);
+  }();
+  struct Case {
+    const char *what;
+    std::string request;
+    const char *says;
+  };
+  const std::vector<Case> cases = {
+      {"bare LF in a chunk extension", te + "2;\nxx\r\n47\r\n0\r\n\r\n" + hidden, "control byte"},
+      {"NUL in a chunk extension", te + size + std::string(";a\0b\r\n", 6) + kList + "\r\n0\r\n\r\n", "control byte"},
+      {"whitespace before the size", te + " " + size + "\r\n" + kList + "\r\n0\r\n\r\n", "bad chunk size"},
+      {"whitespace after the size", te + size + " \r\n" + kList + "\r\n0\r\n\r\n", "bad chunk size"},
+      {"bare LF in the trailer", te + size + "\r\n" + kList + "\r\n0\r\n\n" + hidden, "chunked trailer"},
+      {"obs-fold in the trailer", te + size + "\r\n" + kList + "\r\n0\r\nX: a\r\n b\r\n\r\n", "obs-fold"},
+      {"a trailer line without colon", te + size + "\r\n" + kList + "\r\n0\r\nGARBAGE\r\n\r\n", "no colon"},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.what);
+    Connection conn(port);
+    conn.send_raw(c.request);
+    HttpResponse r = conn.read_response(3000ms);
+    CHECK(r.status == 400);
+    CHECK_MESSAGE(r.body.find(c.says) != std::string::npos, r.body);
+    HttpResponse second = conn.read_response(3000ms);
+    CHECK(second.closed);
+  }
+  // Extensions (with BWS before ';') and sound trailers are still read.
+  Connection conn(port);
+  conn.send_raw(te + size + " ;name=\"v\"\r\n" + kList + "\r\n0\r\nX-Sum: 1\r\n\r\n");
+  HttpResponse ok = conn.read_response(3000ms);
+  CHECK(ok.status == 200);
+}

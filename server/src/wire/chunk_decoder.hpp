@@ -46,18 +46,41 @@ class ChunkDecoder {
         }
         const std::string_view line(in.data() + pos, eol - pos);
         pos = eol + 2;
+        if (line.size() > max_line) {
+          why = state_ == State::size_line ? "a chunk-size line is too long" : "the chunked trailer is too long";
+          r = Result::bad;
+          break;
+        }
         if (state_ == State::trailer) {
+          // Trailer fields are field lines (RFC 9112 section 7.1.2): held
+          // to the head's rules, so that a proxy reading LF as a line end
+          // cannot find a request hidden in them.
           trailer_bytes_ += line.size() + 2;
           if (line.empty()) {
             r = Result::done;
           } else if (trailer_bytes_ > max_line) {
             why = "the chunked trailer is too long";
             r = Result::bad;
+          } else if (std::string problem = field_line_problem(line); !problem.empty()) {
+            why = "chunked trailer: " + problem;
+            r = Result::bad;
           }
           continue;
         }
-        std::string_view size_text = line.substr(0, line.find(';'));
-        size_text = trim_ows(size_text);
+        // chunk = chunk-size [ chunk-ext ] CRLF, chunk-ext = *( BWS ";" ...)
+        // (RFC 9112 section 7.1.1): no whitespace before the size, none after
+        // it unless an extension follows, no control byte anywhere (a bare LF
+        // here let a request hidden behind it be read by a proxy).
+        for (char ch : line) {
+          const auto c = static_cast<unsigned char>(ch);
+          if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            why = "a control byte (bare CR or LF?) in the chunk-size line (RFC 9112 section 7.1.1)";
+            return fail(in, pos, Result::bad);
+          }
+        }
+        const std::size_t semi = line.find(';');
+        std::string_view size_text = line.substr(0, semi);
+        if (semi != std::string_view::npos) size_text = trim_ows(size_text);
         if (size_text.empty() || size_text.size() > 15 ||
             size_text.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos) {
           why = "bad chunk size '" + std::string(line.substr(0, 40)) + "'";
@@ -93,6 +116,14 @@ class ChunkDecoder {
     in.erase(0, pos);
     return r;
   }
+
+ private:
+  static Result fail(std::string &in, std::size_t pos, Result r) {
+    in.erase(0, pos);
+    return r;
+  }
+
+ public:
 
  private:
   enum class State { size_line, data, data_end, trailer };

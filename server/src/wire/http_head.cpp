@@ -74,6 +74,25 @@ std::string_view trim_ows(std::string_view s) noexcept {
   return s;
 }
 
+std::string field_line_problem(std::string_view line) {
+  if (line.find_first_of("\r\n") != std::string_view::npos)
+    return "a bare CR or LF in the line (RFC 9112 section 2.2)";
+  if (!line.empty() && (line.front() == ' ' || line.front() == '\t'))
+    return "a field line starts with whitespace (obs-fold is not accepted: RFC 9112 section 5.2)";
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return "the field line " + in_quotes(line) + " has no colon";
+  const std::string_view name = line.substr(0, colon);
+  if (!name.empty() && (name.back() == ' ' || name.back() == '\t'))
+    return "whitespace between the field name " + in_quotes(trim_ows(name)) + " and the colon (RFC 9112 section 5.1)";
+  if (!is_token(name)) return "the field name " + in_quotes(name) + " is not a token (RFC 9110 section 5.1)";
+  for (char ch : line.substr(colon + 1)) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t') || c == 0x7f)
+      return "the value of field " + in_quotes(name) + " has a control character (RFC 9110 section 5.5)";
+  }
+  return {};
+}
+
 HeadVerdict check_request_head(std::string_view head) {
   // Lines, each ended by CRLF; the head ends with an empty line.
   std::size_t pos = 0;
@@ -95,21 +114,8 @@ HeadVerdict check_request_head(std::string_view head) {
       if (v.status != 0) return v;
       continue;
     }
-    if (line.front() == ' ' || line.front() == '\t')
-      return bad(400, n, "a field line starts with whitespace (obs-fold is not accepted: RFC 9112 section 5.2)");
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return bad(400, n, "the field line " + in_quotes(line) + " has no colon");
-    const std::string_view name = line.substr(0, colon);
-    if (!name.empty() && (name.back() == ' ' || name.back() == '\t'))
-      return bad(400, n, "whitespace between the field name " + in_quotes(trim_ows(name)) +
-                             " and the colon (RFC 9112 section 5.1)");
-    if (!is_token(name)) return bad(400, n, "the field name " + in_quotes(name) + " is not a token (RFC 9110 section 5.1)");
-    for (char ch : line.substr(colon + 1)) {
-      const auto c = static_cast<unsigned char>(ch);
-      if ((c < 0x20 && c != '\t') || c == 0x7f)
-        return bad(400, n, "the value of field " + in_quotes(name) +
-                               " has a control character (RFC 9110 section 5.5)");
-    }
+    if (std::string why = field_line_problem(line); !why.empty()) return bad(400, n, why);
+    const std::string_view name = line.substr(0, line.find(':'));
     if (iequals(name, "Host")) host = true;
   }
   if (n == 0) return bad(400, 1, "the request line is missing");

@@ -45,6 +45,12 @@ struct HeadVerdict {
 /// throws (std::bad_alloc aside). Thread-safe.
 HeadVerdict check_request_head(std::string_view head);
 
+/// What is wrong with one field line (a header or chunked-trailer line,
+/// without its CRLF) by the rules above: a bare CR/LF, obs-fold, no colon,
+/// whitespace before the colon, a name that is no token, a control byte in
+/// the value. "" when it is sound. Never throws (std::bad_alloc aside).
+std::string field_line_problem(std::string_view line);
+
 /// The Transfer-Encoding of a request, from the values of all its
 /// Transfer-Encoding fields (in order, each a comma-separated list).
 struct TransferCoding {
