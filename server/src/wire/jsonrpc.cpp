@@ -120,9 +120,15 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
       std::size_t end = at;
       while (end < body.size() && std::strchr("+-.0123456789eE", body[end]) != nullptr && body[end] != '\0') ++end;
       std::string copy(body);
-      copy.replace(at, end - at, "0");
+      if (end > at) copy.replace(at, end - at, "0");
       doc.Parse<kFlags>(copy.data(), copy.size());
-      if (!doc.HasParseError()) big_id.assign(body.substr(at, end - at));
+      // Only when the id is what was replaced (a fuzzer found bytes where
+      // the offsets of the two readers disagree: nothing was replaced).
+      const auto id = !doc.HasParseError() && doc.IsObject() ? doc.FindMember("id") : doc.MemberEnd();
+      if (end > at && id != doc.MemberEnd() && id->value.IsInt() && id->value.GetInt() == 0)
+        big_id.assign(body.substr(at, end - at));
+      else if (!doc.HasParseError())
+        doc.Parse<kFlags>(body.data(), body.size());  // back to the client's bytes and their error
       // Else the error is further on: its offset in the client's bytes.
       if (doc.HasParseError() && doc.GetErrorOffset() > at) shift = end - at - 1;
     }
