@@ -41,6 +41,7 @@
 #include "delivery/push_targets.hpp"
 #include "wire/dialect.hpp"
 #include "common/log.hpp"
+#include "domain/task_lifecycle.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/server.hpp"
 
@@ -53,7 +54,6 @@
 
 namespace toolnexus::server_detail {
 
-class TaskLifecycle;
 
 /// metadata key of the push configs.
 inline constexpr const char *kPushKey = "toolnexus/push";
