@@ -124,8 +124,13 @@ void parse_envelope(std::string_view body, int max_depth, rapidjson::Document &d
       doc.Parse<kFlags>(copy.data(), copy.size());
       // Only when the id is what was replaced (a fuzzer found bytes where
       // the offsets of the two readers disagree: nothing was replaced).
-      const auto id = !doc.HasParseError() && doc.IsObject() ? doc.FindMember("id") : doc.MemberEnd();
-      if (end > at && id != doc.MemberEnd() && id->value.IsInt() && id->value.GetInt() == 0)
+      // (MemberEnd() is only for an object: RapidJSON asserts otherwise.)
+      bool replaced_id = false;
+      if (end > at && !doc.HasParseError() && doc.IsObject()) {
+        const auto id = doc.FindMember("id");
+        replaced_id = id != doc.MemberEnd() && id->value.IsInt() && id->value.GetInt() == 0;
+      }
+      if (replaced_id)
         big_id.assign(body.substr(at, end - at));
       else if (!doc.HasParseError())
         doc.Parse<kFlags>(body.data(), body.size());  // back to the client's bytes and their error
