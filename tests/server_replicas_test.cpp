@@ -274,8 +274,10 @@ TEST_CASE("a cancel received by replica B stops the executor running on replica 
   auto oa = test_options();
   oa.executor = slow;
   oa.workers = 1;
-  oa.lease.lease_ms = 10000;
-  oa.lease.renew_interval_ms = 5000;  // a renewal alone would notice the cancel too late
+  // A renewal alone would notice the cancel only after 60 s, past the wait
+  // below: what notices it there is the cancel poll.
+  oa.lease.lease_ms = 120000;
+  oa.lease.renew_interval_ms = 60000;
   oa.lease.cancel_poll_ms = 100;
   Replicas r(pgtest::base_uri(), pgtest::unique("rep_cancel"), oa, test_options());
   Client ca(r.a.url()), cb(r.b.url());
@@ -289,13 +291,13 @@ TEST_CASE("a cancel received by replica B stops the executor running on replica 
   REQUIRE(state_of(canceled) == "canceled");
   const uint64_t version_after_cancel = r.direct->get(id)->version;
   // Documented bound: cancel_poll_ms + max(5, 100 / 4) = 125 ms plus a store
-  // read; allow for a loaded machine.
-  REQUIRE(eventually([&] { return slow->cancel_seen_at_ns.load() != 0; }, 3000ms));
+  // read. The wait is a margin for a loaded machine, not a goal (no timed
+  // assertion here; the time is printed).
+  REQUIRE(eventually([&] { return slow->cancel_seen_at_ns.load() != 0; }, 20000ms));
   const double seen_ms =
       std::chrono::duration<double, std::milli>(Clock::time_point(Clock::duration(slow->cancel_seen_at_ns.load())) - t0)
           .count();
   MESSAGE("replica A saw the cancel " << seen_ms << " ms after replica B answered it");
-  CHECK(seen_ms < 1000);
   CHECK(slow->returned.load() == 1);
 
   // A's single worker is free again (it ran "quick" after dropping the
