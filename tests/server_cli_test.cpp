@@ -566,6 +566,16 @@ TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain,
     REQUIRE(!rest.empty());
     check_reconnect_frame(rest.back(), task, events.back().id);
     CHECK(a.wait_exit(10000ms) != -1);
+    // The Task fails saying why: not the agent's answer to being asked to
+    // stop (the echo agent's "canceled": nobody canceled it).
+    auto store = toolnexus::resolve_store("file:" + dir.str());
+    auto stored = store->get(task);
+    REQUIRE(stored);
+    CHECK(stored->state == "failed");
+    const std::string text = to_json(stored->task().json()["status"]["message"]);
+    CHECK_MESSAGE(text.find("The server stopped before this Task finished") != std::string::npos, text);
+    CHECK_MESSAGE(text.find("drain timeout (300 ms)") != std::string::npos, text);
+    CHECK_MESSAGE(text.find("canceled") == std::string::npos, text);
   }
 }
 

@@ -81,7 +81,9 @@ struct ExecutionContext {
   /// Becomes true when the Task is canceled (CancelTask, here or on another
   /// server sharing the store) or the server is stopping; long-running
   /// executors should poll it and return early. Whatever they return after a
-  /// cancel is discarded: a terminal state is never overwritten.
+  /// cancel is discarded: a terminal state is never overwritten. When the
+  /// stopping server asked (its drain timeout passed), the Task fails with a
+  /// status message saying so, whatever they return.
   const std::atomic<bool> &cancel_requested;
   /// Where to report progress (status messages, artifact chunks) before
   /// returning.

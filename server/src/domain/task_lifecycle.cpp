@@ -92,7 +92,10 @@ void TaskLifecycle::stop() {
         log_.warn("stopping: " + std::to_string(running_) +
                   " Task(s) still running after the drain timeout; asking them to stop");
         std::lock_guard<std::mutex> al(active_mu_);
-        for (auto &kv : active_) kv.second->cancel = true;
+        for (auto &kv : active_) {
+          kv.second->stopped_by_server = true;
+          kv.second->cancel = true;
+        }
       }
     }
     for (auto &w : workers_) w.join();

@@ -278,6 +278,10 @@ class TaskLifecycle {
   class RunProgress;
   struct ActiveTask {
     std::atomic<bool> cancel{false};
+    /// Set with `cancel` when the server's stop asked the run to stop (the
+    /// drain timeout passed): the Task then fails saying so, whatever the
+    /// executor returns.
+    std::atomic<bool> stopped_by_server{false};
     std::atomic<int64_t> lease_written_us{0};
     /// When the stored Task was last read by the renewer (0 = never).
     std::atomic<int64_t> checked_us{0};

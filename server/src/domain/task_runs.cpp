@@ -403,6 +403,14 @@ void TaskLifecycle::run(WorkItem &item) {
     }
   }
   progress.close();
+  if (item.active->stopped_by_server.load()) {
+    // What an agent returns when asked to stop says nothing true about the
+    // Task (the echo agent says "canceled"; nobody canceled it).
+    result = ExecutionResult::failed("The server stopped before this Task finished: its agent was still running when "
+                                     "the drain timeout (" +
+                                     std::to_string(options_.drain_timeout_ms) +
+                                     " ms) passed, and was asked to stop; send the message again to run it anew.");
+  }
 
   // 3. Save the outcome (with the progress not saved yet) unless the Task
   //    was canceled or settled meanwhile. A "working" saved by the renewer
