@@ -229,25 +229,42 @@ std::string parse_a2a_task(const std::string &text, Task &t) {
   return "";
 }
 
-// Whether `t` is submitted or working without a server's lease
-// (metadata["toolnexus/lease"]): nobody runs it, and a server would settle
-// it to failed once its status is older than one lease.
+// What is wrong with the server's lease of a submitted or working `t`
+// (metadata["toolnexus/lease"], as a server writes it: "instance" a
+// non-empty string, "expiresAt" an RFC 3339 time), or "" when it has one.
+std::string lease_problem(const Task &t) {
+  const auto &doc = t.json();
+  const auto md = doc.FindMember("metadata");
+  if (md == doc.MemberEnd() || !md->value.IsObject()) return "it has no server's lease";
+  const auto lease = md->value.FindMember("toolnexus/lease");
+  if (lease == md->value.MemberEnd()) return "it has no server's lease";
+  if (!lease->value.IsObject()) return "its metadata[\"toolnexus/lease\"] is not an object";
+  const auto instance = lease->value.FindMember("instance");
+  if (instance == lease->value.MemberEnd() || !instance->value.IsString() || instance->value.GetStringLength() == 0)
+    return "its metadata[\"toolnexus/lease\"] names no server (\"instance\" must be a non-empty string)";
+  const auto expires = lease->value.FindMember("expiresAt");
+  int64_t us = 0;
+  if (expires == lease->value.MemberEnd() || !expires->value.IsString() ||
+      !parse_timestamp(std::string_view(expires->value.GetString(), expires->value.GetStringLength()), us))
+    return "its metadata[\"toolnexus/lease\"] has no valid \"expiresAt\" (an RFC 3339 time)";
+  return "";
+}
+
+// Whether `t` is submitted or working without a server's lease: nobody
+// runs it, and a server would settle it to failed once its status is older
+// than one lease.
 bool unheld_running(const Task &t) {
   const std::string_view state = t.state();
   if (state != task_state::kSubmitted && state != task_state::kWorking) return false;
-  const auto &doc = t.json();
-  const auto md = doc.FindMember("metadata");
-  if (md == doc.MemberEnd() || !md->value.IsObject()) return true;
-  const auto lease = md->value.FindMember("toolnexus/lease");
-  return lease == md->value.MemberEnd() || !lease->value.IsObject();
+  return !lease_problem(t).empty();
 }
 
 // Why `t` is refused without --running-as (see unheld_running).
 std::string unheld_running_why(const Task &t) {
-  return "Task '" + printable(t.id()) + "' is " + std::string(t.state()) +
-         " and no server runs it (it has no server's lease): a server would fail it once its status is older "
-         "than one lease; import it as a state that waits or ends with --running-as STATE (input-required, "
-         "auth-required, failed, canceled, rejected, completed)";
+  return "Task '" + printable(t.id()) + "' is " + std::string(t.state()) + " and no server runs it (" +
+         lease_problem(t) +
+         "): a server would fail it once its status is older than one lease; import it as a state that waits or "
+         "ends with --running-as STATE (input-required, auth-required, failed, canceled, rejected, completed)";
 }
 
 // The states --running-as takes: every one that no server has to run.
@@ -285,7 +302,11 @@ void reset_running(Task &t, const std::string &state) {
   };
   auto &doc = t.json();
   auto history = doc.FindMember("history");
-  if (history != doc.MemberEnd() && history->value.IsArray()) history->value.PushBack(make(), a);
+  if (history == doc.MemberEnd()) {
+    doc.AddMember("history", rapidjson::Value(rapidjson::kArrayType), a);
+    history = doc.FindMember("history");
+  }
+  if (history->value.IsArray()) history->value.PushBack(make(), a);
   t.set_status(state, make());
 }
 

@@ -501,6 +501,36 @@ TEST_CASE("store put refuses a running Task no server runs, or imports it as the
     r = run({"store", "put", sel}, leased);
     CHECK_MESSAGE(r.code == 0, r.err);
     CHECK(run({"store", "list", sel, "--state", "working"}).out.find("h1\tworking") == 0);
+    // A lease that no server wrote is no proof that one runs it.
+    const std::vector<std::pair<std::string, std::string>> fake = {
+        {R"({})", R"(names no server ("instance" must be a non-empty string))"},
+        {R"({"instance":"","expiresAt":"2026-01-01T00:00:00Z"})", "names no server"},
+        {R"({"instance":"i"})", R"(has no valid "expiresAt" (an RFC 3339 time))"},
+        {R"({"instance":"i","expiresAt":"tomorrow"})", R"(has no valid "expiresAt")"},
+        {R"("i")", R"(metadata["toolnexus/lease"] is not an object)"}};
+    for (const auto &[lease, why] : fake) {
+      CAPTURE(lease);
+      r = run({"store", "put", sel},
+              R"({"id":"h2","contextId":"c","status":{"state":"working"},"kind":"task","metadata":{"toolnexus/lease":)" +
+                  lease + "}}");
+      CHECK(r.code == 2);
+      CHECK_MESSAGE(r.err.find("Task 'h2' is working and no server runs it (its ") != std::string::npos, r.err);
+      CHECK_MESSAGE(r.err.find(why) != std::string::npos, r.err);
+    }
+    CHECK(run({"store", "get", sel, "h2"}).out.empty());
+    // --running-as on a Task without history: the message is its history.
+    r = run({"store", "put", sel, "--running-as", "canceled"}, task_json("w4", "c", "working", 1));
+    CHECK_MESSAGE(r.code == 0, r.err);
+    {
+      auto s4 = resolve_store(sel);
+      const Task t = s4->get("w4")->task();
+      REQUIRE(t.json().HasMember("history"));
+      REQUIRE(t.json()["history"].Size() == 1);
+      const auto &h0 = t.json()["history"][0];
+      CHECK(std::string(h0["role"].GetString()) == "agent");
+      CHECK(std::string(h0["messageId"].GetString()) == t.json()["status"]["message"]["messageId"].GetString());
+      s4->close();
+    }
   }
   // The help says it.
   Run h = run({"store", "--help"});
