@@ -764,9 +764,16 @@ void info_rule(const StoreFactory &fresh) {
   StoreInfo i = s->info();
   EXPECT(!i.scheme.empty(), "info().scheme is empty");
   const uint64_t known = TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                         TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT;
+                         TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED;
   EXPECT((i.capabilities & ~known) == 0, "unknown capability bits");
 }
+
+}  // namespace
+
+// conformance/change_feed_rule.cpp
+void change_feed_rule(const StoreFactory &fresh);
+
+namespace {
 
 const std::vector<Rule> kRules = {
     {"round-trip-unknown-fields", "a saved Task reads back as the same JSON bytes, unknown fields included", round_trip},
@@ -790,6 +797,7 @@ const std::vector<Rule> kRules = {
     {"save-batch", "save_batch stores all items or none and names the failing one (ABI 1.3)", save_batch_rule},
     {"read-only-plugin", "the plugin itself honours TNX_OPEN_READ_ONLY: creates nothing, refuses save and delete (ABI 1.2)", read_only_plugin_rule},
     {"one-export", "the plugin file exports only the entry function (ELF dynamic symbol table)", one_export_rule},
+    {"change-feed", "a store with TNX_CAP_CHANGE_FEED reports every save and delete, in version order, to every listener (ABI 1.4)", change_feed_rule},
 };
 
 std::mutex g_tmp_mu;

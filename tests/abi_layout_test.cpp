@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-extern "C" void tnx_test_c_layout(size_t out[7]);
+extern "C" void tnx_test_c_layout(size_t out[8]);
 
 // x86_64 / LP64 layout of ABI 1.0, frozen. A failure here means a change
 // broke every plugin ever built.
@@ -37,7 +37,15 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);
 // ABI 1.3 appended count and save_batch; 1.0..1.2's vtable ended at 48.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, count) == 48);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, save_batch) == 56);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 64);
+// ABI 1.4 appended watch and unwatch; 1.3's vtable ended at 64.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, watch) == 64);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, unwatch) == 72);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 80);
+// ABI 1.4's tnx_change.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_change, kind) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_change, id) == 16);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_change, version) == 32);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_change) == 40);
 static_assert(sizeof(void *) != 8 || sizeof(tnx_host_info) == 24);
 // ABI 1.2 appended flags, reserved0 and capabilities; 1.1's ended at 56.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, flags) == 56);
@@ -51,7 +59,7 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, location_sy
 static_assert(sizeof(void *) != 8 || sizeof(tnx_plugin_descriptor) == 72);
 
 TEST_CASE("C and C++ agree on every struct's size") {
-  size_t c[7];
+  size_t c[8];
   tnx_test_c_layout(c);
   CHECK(c[0] == sizeof(tnx_str));
   CHECK(c[1] == sizeof(tnx_task_record));
@@ -60,6 +68,7 @@ TEST_CASE("C and C++ agree on every struct's size") {
   CHECK(c[4] == sizeof(tnx_host_info));
   CHECK(c[5] == sizeof(tnx_open_args));
   CHECK(c[6] == sizeof(tnx_plugin_descriptor));
+  CHECK(c[7] == sizeof(tnx_change));
 }
 
 TEST_CASE("status names and messages cover the closed set") {

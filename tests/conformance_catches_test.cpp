@@ -12,7 +12,15 @@
 using namespace toolnexus;
 
 namespace {
-enum class Lie { ignore_cas, drop_unknown_fields, list_oldest_first, not_found_is_empty_record, count_ignores_filters };
+enum class Lie {
+  ignore_cas,
+  drop_unknown_fields,
+  list_oldest_first,
+  not_found_is_empty_record,
+  count_ignores_filters,
+  feed_drops_deletes,
+  feed_claimed_not_given,
+};
 
 class LyingStore final : public TaskStore {
  public:
@@ -38,6 +46,14 @@ class LyingStore final : public TaskStore {
   }
   StoreInfo info() const override { return real_->info(); }
   void close() override { real_->close(); }
+  std::unique_ptr<ChangeSubscription> watch_changes(ChangeListener l) override {
+    if (lie_ == Lie::feed_claimed_not_given) return nullptr;  // info() still claims TNX_CAP_CHANGE_FEED
+    if (lie_ == Lie::feed_drops_deletes)
+      return real_->watch_changes([l](const StoreChange &c) {
+        if (c.kind != StoreChange::Kind::deleted) l(c);
+      });
+    return real_->watch_changes(std::move(l));
+  }
 
  protected:
   uint64_t do_save(const TaskRecord &r, uint64_t expected) override {
@@ -136,4 +152,7 @@ TEST_CASE("the suite catches each lie") {
   CHECK(rule_fails(Lie::list_oldest_first, "list-order-paging"));
   CHECK(rule_fails(Lie::not_found_is_empty_record, "not-found"));
   CHECK(rule_fails(Lie::count_ignores_filters, "count"));
+  CHECK(rule_fails(Lie::feed_drops_deletes, "change-feed"));
+  CHECK(rule_fails(Lie::feed_claimed_not_given, "change-feed"));
+  CHECK_FALSE(rule_fails(Lie::ignore_cas, "change-feed"));  // a store forwarding the feed holds the rule
 }

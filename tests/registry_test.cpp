@@ -168,6 +168,8 @@ TEST_CASE("bad plugins are refused with their path and reason") {
       {"bad_scheme", "libfixture_bad_scheme.so", "invalid scheme 'Bad:Scheme'"},
       {"no_entry", "libfixture_no_entry.so", "no exported function 'toolnexus_plugin_entry'"},
       {"small_vtable", "libfixture_small_vtable.so", "vtable is 16 bytes"},
+      {"feed_no_watch", "libfixture_feed_no_watch.so",
+       "claims the change feed (TNX_CAP_CHANGE_FEED) but its vtable has no watch and unwatch (ABI 1.4)"},
       {"not_a_library", "libbogus.so", "not a loadable shared library: "},
       {"not_a_library", "libbogus.so", "libbogus.so: file too short"},  // dlerror(), not Boost's errno
   };

@@ -2,6 +2,8 @@
 // one place where C++ calls cross into a plugin.
 #include "plugin_store.hpp"
 
+#include "change_hub.hpp"
+
 #include <atomic>
 #include <mutex>
 #include <shared_mutex>
@@ -59,6 +61,8 @@ class PluginStore final : public TaskStore {
         handle_(handle),
         has_count_(TNX_HAS_FIELD(vt_, tnx_store_vtable, count) && vt_->count != nullptr),
         has_batch_(TNX_HAS_FIELD(vt_, tnx_store_vtable, save_batch) && vt_->save_batch != nullptr),
+        has_watch_(TNX_HAS_FIELD(vt_, tnx_store_vtable, unwatch) && vt_->watch != nullptr &&
+                   vt_->unwatch != nullptr),
         serialize_((capabilities & TNX_CAP_THREAD_SAFE) == 0),
         capabilities_(capabilities),
         read_only_(read_only),
@@ -146,6 +150,26 @@ class PluginStore final : public TaskStore {
     i.capabilities = capabilities_;
     i.read_only = read_only_;
     return i;
+  }
+
+  // The plugin's feed (ABI 1.4) is started with the first listener and
+  // runs until close, which stops it (no sink call after close returns), so
+  // the hub, the sink's context, outlives every call of the sink.
+  std::unique_ptr<ChangeSubscription> watch_changes(ChangeListener listener) override {
+    if ((capabilities_ & TNX_CAP_CHANGE_FEED) == 0 || !has_watch_ || read_only_) return nullptr;
+    std::lock_guard<std::mutex> feed_lock(feed_mu_);
+    if (!feed_started_) {
+      char err[kErrCap] = {0};
+      tnx_status rc;
+      {
+        Guard g(*this);
+        rc = vt_->watch(handle_, &on_change, hub_.get(), err, kErrCap);
+      }
+      if (rc == TNX_EUNSUPPORTED) return nullptr;
+      check(rc, err, "watch");
+      feed_started_ = true;
+    }
+    return hub_->add(std::move(listener));
   }
 
   void close() override {
@@ -283,6 +307,32 @@ class PluginStore final : public TaskStore {
     }
     return 0;
   }
+  // The tnx_change_sink: a plugin's thread, so nothing may escape.
+  static void on_change(void *c, const tnx_change *change) noexcept {
+    if (change == nullptr || change->header.abi_major != TNX_ABI_MAJOR ||
+        !TNX_HAS_FIELD(change, tnx_change, version))
+      return;
+    StoreChange out;
+    switch (change->kind) {
+      case TNX_CHANGE_SAVED: out.kind = StoreChange::Kind::saved; break;
+      case TNX_CHANGE_DELETED: out.kind = StoreChange::Kind::deleted; break;
+      case TNX_CHANGE_GAP: out.kind = StoreChange::Kind::gap; break;
+      default: return;  // a kind of a newer ABI
+    }
+    try {
+      if (out.kind != StoreChange::Kind::gap) {
+        if (change->id.len == 0 || change->id.data == nullptr) return;
+        out.id.assign(sv(change->id));
+      }
+    } catch (...) {
+      // Out of memory: what the listeners get instead is a gap.
+      out.kind = StoreChange::Kind::gap;
+      out.id.clear();
+    }
+    out.version = out.kind == StoreChange::Kind::gap ? 0 : change->version;
+    static_cast<ChangeHub *>(c)->dispatch(out);
+  }
+
   static void on_cursor(void *c, tnx_str cursor) {
     auto *ctx = static_cast<ListCtx *>(c);
     try {
@@ -319,12 +369,16 @@ class PluginStore final : public TaskStore {
   tnx_store *handle_;
   const bool has_count_;  // the vtable has a count function (ABI 1.3)
   const bool has_batch_;  // the vtable has a save_batch function (ABI 1.3)
+  const bool has_watch_;  // the vtable has watch and unwatch (ABI 1.4)
   const bool serialize_;
   const uint64_t capabilities_;
   const bool read_only_;
   std::string scheme_;
   std::string display_;
   std::shared_mutex mu_;
+  std::mutex feed_mu_;
+  bool feed_started_ = false;  // under feed_mu_
+  std::shared_ptr<ChangeHub> hub_ = std::make_shared<ChangeHub>();
 };
 
 }  // namespace

@@ -37,6 +37,7 @@ std::string capability_names(uint64_t caps) {
       {TNX_CAP_THREAD_SAFE, "thread-safe"},   {TNX_CAP_PAGINATED_LIST, "paginated-list"},
       {TNX_CAP_COMPARE_AND_SET, "compare-and-set"}, {TNX_CAP_DURABLE, "durable"},
       {TNX_CAP_MULTI_PROCESS, "multi-process"}, {TNX_CAP_PERSISTENT, "persistent"},
+      {TNX_CAP_CHANGE_FEED, "change-feed"},
   };
   std::string out;
   for (const auto &[bit, name] : names) {
@@ -192,6 +193,11 @@ std::string check_descriptor(const tnx_plugin_descriptor *d) {
   if (vt->get == nullptr || vt->save == nullptr || vt->del == nullptr || vt->list == nullptr ||
       vt->close == nullptr)
     return "vtable is missing a function (get, save, del, list and close are all required)";
+  const bool has_watch = TNX_HAS_FIELD(vt, tnx_store_vtable, unwatch) && vt->watch != nullptr;
+  if (has_watch && vt->unwatch == nullptr) return "vtable has watch but no unwatch (ABI 1.4 needs both)";
+  if ((d->capabilities & TNX_CAP_CHANGE_FEED) != 0 && !has_watch)
+    return "descriptor claims the change feed (TNX_CAP_CHANGE_FEED) but its vtable has no watch and unwatch "
+           "(ABI 1.4)";
   return {};
 }
 

@@ -76,6 +76,8 @@ std::vector<uint64_t> TaskStore::do_save_batch(const std::vector<TaskRecord> &, 
   throw StoreError(Status::unsupported, "this store saves no batches (save one by one)");
 }
 
+std::unique_ptr<ChangeSubscription> TaskStore::watch_changes(ChangeListener) { return nullptr; }
+
 uint64_t TaskStore::save(const Task &task, const SaveOptions &opts) {
   return do_save(record_of(task, opts), opts.expected_version);
 }

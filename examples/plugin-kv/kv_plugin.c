@@ -1679,6 +1679,8 @@ static const tnx_store_vtable kv_vtable = {
     TNX_HEADER_INIT(tnx_store_vtable), kv_get, kv_save, kv_del, kv_list, kv_close,
     NULL, /* count (ABI 1.3) is optional: without it the host counts by listing */
     NULL, /* save_batch (ABI 1.3) is optional: without it the host saves one by one */
+    NULL, /* watch (ABI 1.4) is optional: without it the host polls for others' changes */
+    NULL, /* unwatch (ABI 1.4): NULL with watch */
 };
 
 static const char *const kv_schemes[] = {"kv", NULL};

@@ -5,6 +5,8 @@
 // and counters by (owner, tenant, state) and (contextId, owner, tenant,
 // state) so that count (ABI 1.3) visits no Task unless a time window is
 // asked for (then it walks only the window of the ordered index).
+// Change feed (ABI 1.4): every save and delete is reported to the host's
+// sink under the write lock, so an id's versions arrive in order.
 // Built against the SDK only.
 #include "toolnexus/plugin.hpp"
 
@@ -58,7 +60,9 @@ class MemoryStore final : public toolnexus::sdk::Store {
     if (expected != TNX_VERSION_ANY && expected != current)
       throw Error(TNX_ECONFLICT, "save of task " + quote(id) + ": expected version " +
                                      std::to_string(expected) + ", stored " + std::to_string(current));
-    return apply(std::move(id), it, rec);
+    const uint64_t version = apply(id, it, rec);
+    feed_.saved(id, version);
+    return version;
   }
 
   // ABI 1.3: every compare-and-set is checked (in order, a later record of
@@ -87,9 +91,16 @@ class MemoryStore final : public toolnexus::sdk::Store {
     for (uint64_t i = 0; i < n; ++i) {
       std::string id(view(recs[i]->id));
       auto it = tasks_.find(id);
-      out[i] = apply(std::move(id), it, *recs[i]);
+      out[i] = apply(id, it, *recs[i]);
+      feed_.saved(id, out[i]);
     }
   }
+
+  void watch(tnx_change_sink sink, void *ctx) override { feed_.start(sink, ctx); }
+  void unwatch() override {
+    if (!feed_.stop()) throw Error(TNX_EINVAL, "unwatch: no change feed runs");
+  }
+  void close() override { feed_.stop(); }
 
   void del(std::string_view id_view, uint64_t expected) override {
     std::string id(id_view);
@@ -104,7 +115,9 @@ class MemoryStore final : public toolnexus::sdk::Store {
     unindex_context(it->second, id);
     const Entry &e = it->second;
     counts_.add(e.context_id, e.state, e.owner, e.tenant, -1);
+    const uint64_t had = e.version;
     tasks_.erase(it);
+    feed_.deleted(id, had);
   }
 
   uint64_t count(const tnx_list_query &q) override {
@@ -209,6 +222,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     return r;
   }
 
+  toolnexus::sdk::ChangeFeed feed_;
   std::shared_mutex mu_;
   uint64_t last_version_ = 0;  // guarded by mu_ (exclusive)
   toolnexus::plugins::TaskCounts counts_;  // guarded by mu_
@@ -239,7 +253,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "0.1.0",
     "In-process store: fast, thread-safe, gone when the process exits",
     kSchemes,
-    TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET,
+    TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_CHANGE_FEED,
     &toolnexus::sdk::open_trampoline<open_memory>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "memory",

@@ -11,6 +11,8 @@
 #include "toolnexus/task.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -131,6 +133,38 @@ struct StoreInfo {
   bool read_only = false;
 };
 
+/// One change of a store, as its change feed reports it (ABI 1.4,
+/// tnx_change; sdk task_store.h tnx_store_vtable.watch).
+struct StoreChange {
+  enum class Kind {
+    /// Task `id` was saved and now has `version`.
+    saved,
+    /// Task `id` was deleted; `version` is the one it had (0 = unknown).
+    deleted,
+    /// Changes may have been missed (a lost connection, an overflow): re-read
+    /// what you care about. `id` is empty, `version` 0.
+    gap,
+  };
+  Kind kind = Kind::saved;
+  std::string id;
+  uint64_t version = 0;
+};
+
+/// Receives a store's changes. Called on the thread of a save made in this
+/// process or on a thread the store owns, possibly on several at once: it
+/// must return quickly, never block, and never call the store (queue the
+/// news and read elsewhere). `change` is borrowed for the call.
+using ChangeListener = std::function<void(const StoreChange &change)>;
+
+/// One listener's registration with a store's change feed (see
+/// TaskStore::watch_changes). Destroying it stops the delivery: once the
+/// destructor returns, the listener is not running and is never called
+/// again. Never destroy it from inside its own listener.
+class ChangeSubscription {
+ public:
+  virtual ~ChangeSubscription() = default;
+};
+
 /// The store interface. Implementations are thread-safe: every method may be
 /// called from several threads at once. Methods throw StoreError on failure.
 class TaskStore {
@@ -183,6 +217,17 @@ class TaskStore {
 
   /// Where the store came from and its capabilities.
   virtual StoreInfo info() const = 0;
+
+  /// Starts telling `listener` of every change of the store (ABI 1.4 change
+  /// feed; capability TNX_CAP_CHANGE_FEED): each save and delete committed by
+  /// this process or, for a multi-process store, another one. Never early (a
+  /// get after "id has version V" returns V or later); nothing lost silently
+  /// (StoreChange::Kind::gap, then re-read); the same change may come twice.
+  /// Any number of listeners; the store's own feed runs while one is
+  /// registered. Returns nullptr when the store has no change feed (the
+  /// caller polls instead); the default does. Throws StoreError(io, ...)
+  /// when the feed could not be started (e.g. no listening connection).
+  virtual std::unique_ptr<ChangeSubscription> watch_changes(ChangeListener listener);
 
   /// Flushes and releases the backend. Idempotent; after it every other
   /// method throws StoreError(invalid_argument). Throws StoreError(io) when a

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,6 +96,58 @@ class RecordOut {
   void *ctx_;
 };
 
+/// The sending end of a store's change feed (ABI 1.4; tnx_store_vtable.watch):
+/// holds the host's sink between start() and stop(). saved(), deleted() and
+/// gap() may be called from any thread, also concurrently, and do nothing
+/// while no feed runs. Call them after the change is committed (so a get
+/// already returns it) and without holding a lock that stop()'s caller may
+/// hold. Thread-safe.
+class ChangeFeed {
+ public:
+  /// Starts the feed; Error(TNX_EINVAL) when one runs already.
+  void start(tnx_change_sink sink, void *ctx) {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (sink_ != nullptr) throw Error(TNX_EINVAL, "watch: the store's change feed runs already (one per store)");
+    sink_ = sink;
+    ctx_ = ctx;
+  }
+  /// Stops the feed: when it returns no call of the sink runs or will run.
+  /// Returns false when none ran.
+  bool stop() noexcept {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    const bool was = sink_ != nullptr;
+    sink_ = nullptr;
+    ctx_ = nullptr;
+    return was;
+  }
+  /// True between start() and stop().
+  bool running() const noexcept {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    return sink_ != nullptr;
+  }
+  /// Task `id` was saved and now has `version`.
+  void saved(std::string_view id, uint64_t version) const noexcept { send(TNX_CHANGE_SAVED, id, version); }
+  /// Task `id` was deleted; it had `version` (0 = unknown).
+  void deleted(std::string_view id, uint64_t version) const noexcept { send(TNX_CHANGE_DELETED, id, version); }
+  /// Changes may have been missed: the host re-reads.
+  void gap() const noexcept { send(TNX_CHANGE_GAP, std::string_view(), 0); }
+
+ private:
+  void send(uint32_t kind, std::string_view id, uint64_t version) const noexcept {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (sink_ == nullptr) return;
+    tnx_change c{};
+    c.header = tnx_header(sizeof c);
+    c.kind = kind;
+    c.id = tnx_str{id.data(), id.size()};
+    c.version = version;
+    sink_(ctx_, &c);
+  }
+  mutable std::shared_mutex mu_;
+  tnx_change_sink sink_ = nullptr;
+  void *ctx_ = nullptr;
+};
+
 /// A store implemented in C++. One object per open store. Methods report
 /// failure by throwing sdk::Error (any other exception becomes
 /// TNX_EINTERNAL). Thread-safety is the implementer's, as declared by the
@@ -130,6 +184,19 @@ class Store {
     (void)recs; (void)expected; (void)n; (void)out_versions;
     throw Error(TNX_EUNSUPPORTED, "save_batch: not offered by this store (the host saves one by one)");
   }
+  /// ABI 1.4 watch: starts reporting every change of the location to
+  /// `sink` (see tnx_store_vtable.watch for the promises; a ChangeFeed
+  /// member does the bookkeeping). The default throws
+  /// Error(TNX_EUNSUPPORTED): the host then polls. Not called on a store
+  /// opened read-only (the trampoline refuses).
+  virtual void watch(tnx_change_sink sink, void *ctx) {
+    (void)sink; (void)ctx;
+    throw Error(TNX_EUNSUPPORTED, "watch: this store has no change feed (the host polls)");
+  }
+  /// ABI 1.4 unwatch: stops the feed; when it returns the sink is not
+  /// running and will not be called again. Throw Error(TNX_EINVAL) when no
+  /// feed runs. close() must stop a running feed too.
+  virtual void unwatch() { throw Error(TNX_EINVAL, "unwatch: no change feed runs"); }
 
   /// True when the host opened this store with TNX_OPEN_READ_ONLY. Set by
   /// open_trampoline before the store is handed out; save and del are then
@@ -304,6 +371,23 @@ inline const tnx_store_vtable *store_vtable() noexcept {
         });
         if (rc != TNX_OK && failed != nullptr) *failed = at;
         return rc;
+      },
+      // watch (ABI 1.4)
+      [](tnx_store *s, tnx_change_sink sink, void *ctx, char *err, uint32_t cap) noexcept -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          if (sink == nullptr) throw Error(TNX_EINVAL, "watch: sink is NULL");
+          if (detail::as_store(s)->read_only())
+            throw Error(TNX_EUNSUPPORTED, "watch: the store was opened read-only (no change feed)");
+          detail::as_store(s)->watch(sink, ctx);
+          return TNX_OK;
+        });
+      },
+      // unwatch (ABI 1.4)
+      [](tnx_store *s, char *err, uint32_t cap) noexcept -> tnx_status {
+        return detail::guarded(err, cap, [&] {
+          detail::as_store(s)->unwatch();
+          return TNX_OK;
+        });
       },
   };
   return &vt;

@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.3.
+ * storage plugin. ABI version 1.4.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -77,8 +77,9 @@ extern "C" {
  *  tnx_list_query.deliver_corrupt. 1.2: tnx_open_args.flags
  *  (TNX_OPEN_READ_ONLY), tnx_open_args.capabilities (per-store
  *  capabilities) and tnx_task_record.problem. 1.3: tnx_store_vtable.count
- *  and tnx_store_vtable.save_batch (both optional). */
-#define TNX_ABI_MINOR 3
+ *  and tnx_store_vtable.save_batch (both optional). 1.4: the change feed,
+ *  tnx_store_vtable.watch and unwatch (optional; TNX_CAP_CHANGE_FEED). */
+#define TNX_ABI_MINOR 4
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
 #define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
@@ -359,6 +360,48 @@ typedef struct tnx_list_query {
 } tnx_list_query;
 
 /* ======================================================================== */
+/* The change feed (ABI 1.4)                                                */
+/* ======================================================================== */
+
+/** tnx_change.kind: Task `id` was saved (created or replaced) and now has
+ *  `version`. */
+#define TNX_CHANGE_SAVED ((uint32_t)1)
+/** tnx_change.kind: Task `id` was deleted; `version` is the version it had,
+ *  or 0 when the store does not know it. */
+#define TNX_CHANGE_DELETED ((uint32_t)2)
+/** tnx_change.kind: changes may have been missed (the store lost its
+ *  connection to the database and got it back, a queue overflowed, another
+ *  process's changes could not be read). `id` is empty. The host re-reads
+ *  whatever it cares about. Sent once the feed works again (or at once, if
+ *  the plugin keeps trying): after it, changes are reported again. */
+#define TNX_CHANGE_GAP ((uint32_t)3)
+
+/** One change, handed to a tnx_change_sink. Borrowed for the callback only
+ *  (copy `id` to keep it). Filled from zero, header by tnx_header(). */
+typedef struct tnx_change {
+  tnx_abi_header header;
+  /** TNX_CHANGE_*; a host ignores a kind it does not know. */
+  uint32_t kind;
+  /** Reserved, 0. */
+  uint32_t reserved0;
+  /** The Task's id (empty for TNX_CHANGE_GAP). */
+  tnx_str id;
+  /** The version the Task has now (TNX_CHANGE_SAVED) or had
+   *  (TNX_CHANGE_DELETED; 0 = unknown); 0 for TNX_CHANGE_GAP. */
+  uint64_t version;
+} tnx_change;
+
+/**
+ * Receives the store's changes (see tnx_store_vtable.watch). Called by the
+ * plugin from any thread: the thread of a save or delete made through this
+ * store, or a thread the plugin owns (another process's changes); possibly
+ * from several threads at once. It must return quickly: no blocking, no I/O,
+ * and no call back into the store (the host queues the news and reads on
+ * its own threads). `change` is borrowed for the call.
+ */
+typedef void (*tnx_change_sink)(void *ctx, const tnx_change *change);
+
+/* ======================================================================== */
 /* The store vtable                                                         */
 /* ======================================================================== */
 
@@ -489,6 +532,50 @@ typedef struct tnx_store_vtable {
   tnx_status (*save_batch)(tnx_store *store, const tnx_task_record *const *recs,
                            const uint64_t *expected, uint64_t n, uint64_t *out_versions,
                            uint64_t *out_failed, char *err, uint32_t err_cap);
+
+  /* ---- ABI 1.4: read only when TNX_HAS_FIELD(vt, tnx_store_vtable, m);
+   *      a vtable of ABI 1.0..1.3 ends before it ---- */
+
+  /**
+   * watch: starts the store's change feed. From the return of TNX_OK until
+   * unwatch returns (or close begins), every save and delete committed to
+   * the location, through this store, another store of this process or, for
+   * a TNX_CAP_MULTI_PROCESS store, another process, is reported to `sink`
+   * (tnx_change_sink) as a TNX_CHANGE_SAVED or TNX_CHANGE_DELETED naming the
+   * id and version. The promises a host builds on:
+   *  - never early: when the sink hears "id now has version V", a get of id
+   *    returns version V or later (the notice follows the commit);
+   *  - nothing lost silently: a change the store cannot vouch it reported
+   *    is covered by a TNX_CHANGE_GAP, after which the host re-reads;
+   *  - per id, versions arrive in increasing order or coalesced (a later
+   *    version may stand for earlier ones); the same change may arrive twice
+   *    (e.g. at once from the saving thread and again from a poll of the
+   *    database): the host ignores a version it already has.
+   * Changes of this process's own saves are reported before save returns to
+   * its caller or soon after; other processes' within the store's documented
+   * delay (the plugin's documentation names the mechanism, e.g. PostgreSQL
+   * LISTEN/NOTIFY, SQLite's data_version, and the delay).
+   * At most one feed per store: the host fans it out to its own listeners.
+   * Returns TNX_OK, TNX_EINVAL (sink NULL, or already watching),
+   * TNX_EUNSUPPORTED (the store offers no feed: e.g. opened read-only, or a
+   * plugin that cannot report other processes' changes for this location),
+   * TNX_EIO (e.g. the listening connection could not be opened),
+   * TNX_EINTERNAL. May be NULL (no feed; so is a store whose capabilities
+   * lack TNX_CAP_CHANGE_FEED: the host then polls).
+   * Threading: may run concurrently with other calls of the store except
+   * close; ownership: sink_ctx is the host's, used until unwatch returns.
+   */
+  tnx_status (*watch)(tnx_store *store, tnx_change_sink sink, void *sink_ctx, char *err,
+                      uint32_t err_cap);
+
+  /**
+   * unwatch: stops the feed. When it returns, the sink is not running and
+   * will not be called again, so the host may free sink_ctx. Never called
+   * from the sink. close stops a feed still running the same way.
+   * Returns TNX_OK, TNX_EINVAL (not watching), TNX_EINTERNAL. May be NULL
+   * only when watch is.
+   */
+  tnx_status (*unwatch)(tnx_store *store, char *err, uint32_t err_cap);
 } tnx_store_vtable;
 
 /* ======================================================================== */
@@ -511,6 +598,11 @@ typedef struct tnx_store_vtable {
 #define TNX_CAP_MULTI_PROCESS ((uint64_t)1u << 4)
 /** Tasks outlive the process (not an in-memory store). */
 #define TNX_CAP_PERSISTENT ((uint64_t)1u << 5)
+/** ABI 1.4: the vtable's watch and unwatch work for this store: every
+ *  change of the location, also by other processes when the store has
+ *  TNX_CAP_MULTI_PROCESS, is reported (tnx_store_vtable.watch). A plugin
+ *  that can offer it only for some locations clears it per store. */
+#define TNX_CAP_CHANGE_FEED ((uint64_t)1u << 6)
 
 /** What the host tells the plugin about itself, passed to the entry. */
 typedef struct tnx_host_info {
