@@ -64,10 +64,6 @@
 //       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
 //       changes the database or an existing -wal: with a -wal beside the
 //       file at open, no connection checkpoints on close (Options::keep_wal).
-//   missing_wal=refuse|accept                    default refuse
-//       What to do with a database whose write-ahead log is missing: see
-//       "A database without its -wal" below. refuse fails open() with
-//       TNX_ECORRUPT naming both files; accept opens the database as it is.
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 3, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -133,17 +129,6 @@
 //   busy_timeout_ms (polling with short sleeps) and then fails with TNX_EIO.
 //
 // ===========================================================================
-// A database without its -wal (missing_wal.hpp)
-// ===========================================================================
-// The writer's close switches the file back to rollback mode when it is the
-// last connection (readers never checkpoint on close), so a file this plugin
-// left is in WAL mode only while open or after a crash, both with a -wal
-// beside it. In WAL mode with no -wal, and carrying the tnx_wal_guard
-// marker (created at the first open; checkpointed at every open so that the
-// file itself holds it), the -wal was lost: open() fails with TNX_ECORRUPT
-// unless missing_wal=accept, and changes nothing.
-//
-// ===========================================================================
 // list
 // ===========================================================================
 // One statement per page, an index range scan in list order with LIMIT
@@ -160,7 +145,6 @@
 #include "toolnexus/plugin.hpp"
 
 #include "../common/wakeup.hpp"
-#include "missing_wal.hpp"
 
 #include <sqlite3.h>
 
@@ -235,15 +219,10 @@ struct Options {
   /// store opened (a crashed writer's, or a running one's). Every
   /// connection then sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE: the last one to
   /// close would otherwise checkpoint the -wal into the database and delete
-  /// it, changing both files for a command that only reads. Also set when
-  /// the file was in rollback mode at open (closed cleanly): a -wal that a
-  /// writer makes during the read is that writer's to fold. Only a file in
-  /// WAL mode without a -wal (made before missing_wal.hpp's rule, or
-  /// opened with missing_wal=accept) is checkpointed on close: that removes
-  /// the empty -wal (and -shm) the open made.
+  /// it, changing both files for a command that only reads. Without a -wal
+  /// at open the close may checkpoint: it removes the empty -wal (and -shm)
+  /// the open made, and folds only what a writer saved during the read.
   bool keep_wal = false;
-  /// missing_wal=accept: open a database whose -wal is missing as it is.
-  bool accept_missing_wal = false;
 };
 
 const char *sync_name(Sync s) {
@@ -323,7 +302,7 @@ Options parse_location(std::string_view location) {
 
   unsigned seen = 0;
   static const char *const kNames[] = {"synchronous", "busy_timeout_ms", "journal",
-                                       "pool_size",   "max_batch",       "mode", "missing_wal"};
+                                       "pool_size",   "max_batch",       "mode"};
   // "path?" alone has no options; otherwise every '&'-separated item must be
   // name=value (so "a=1&" and "&a=1" are errors, not silently accepted).
   bool more = q != std::string_view::npos && !rest.empty();
@@ -340,11 +319,11 @@ Options parse_location(std::string_view location) {
                                   std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
-    while (index < 7 && name != kNames[index]) ++index;
-    if (index == 7)
+    while (index < 6 && name != kNames[index]) ++index;
+    if (index == 6)
       throw Error(TNX_EINVAL, "sqlite: unknown option " + quote(name) +
                                   " (known: synchronous, busy_timeout_ms, journal, pool_size, "
-                                  "max_batch, mode, missing_wal)");
+                                  "max_batch, mode)");
     if (seen & (1u << index))
       throw Error(TNX_EINVAL, "sqlite: option " + std::string(name) + " given twice");
     seen |= 1u << index;
@@ -374,15 +353,10 @@ Options parse_location(std::string_view location) {
       case 4:
         o.max_batch = static_cast<size_t>(parse_int(name, value, 1, 1000, "an integer 1..1000"));
         break;
-      case 5:
+      default:
         if (v == "rw") o.read_only = false;
         else if (v == "ro") o.read_only = true;
         else bad_value(name, value, "rw or ro");
-        break;
-      default:
-        if (v == "refuse") o.accept_missing_wal = false;
-        else if (v == "accept") o.accept_missing_wal = true;
-        else bad_value(name, value, "refuse or accept");
         break;
     }
   }
@@ -646,11 +620,7 @@ class Conn {
     sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
     if (role == Role::Reader || o.read_only) exec("PRAGMA query_only = 1");
-    // Only the writer may fold the -wal into the file on close, and it
-    // leaves WAL mode first (missing_wal.hpp): a reader closing last would
-    // delete the -wal of a file still in WAL mode, which looks lost.
-    if (o.keep_wal || (role == Role::Reader && !o.read_only))
-      sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+    if (o.keep_wal) sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   }
 
   Conn(const Conn &) = delete;
@@ -658,8 +628,6 @@ class Conn {
   ~Conn() { (void)close(); }
 
   /// Finalizes every statement and closes; returns the sqlite3_close code.
-  /// With leave_wal_on_close() set, first switches the database back to
-  /// rollback mode if this is its last connection (missing_wal.hpp).
   int close() noexcept {
     if (db_ == nullptr) return SQLITE_OK;
     for (sqlite3_stmt *s : owned_) sqlite3_finalize(s);
@@ -667,24 +635,12 @@ class Conn {
     list_.fill(nullptr);
     count_.fill(nullptr);
     get_ = nullptr;
-    if (leave_wal_) {
-      // SQLite grants the switch only to the last connection of every
-      // process (any other holds a shared lock: SQLITE_BUSY at once, no
-      // wait), checkpoints the -wal into the file and deletes it. Failing
-      // leaves the file in WAL mode with its -wal, as SQLite would anyway.
-      sqlite3_busy_handler(db_, nullptr, nullptr);
-      sqlite3_exec(db_, "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr);
-    }
     const int rc = sqlite3_close(db_);
     if (rc == SQLITE_OK) db_ = nullptr;
     return rc;
   }
 
   sqlite3 *db() const noexcept { return db_; }
-
-  /// Writer in WAL mode only, once the open succeeded: close() leaves WAL
-  /// mode when it is the database's last connection (missing_wal.hpp).
-  void leave_wal_on_close() noexcept { leave_wal_ = true; }
 
   /// Why SQLite may want to write even to read something: said with
   /// SQLITE_READONLY errors, which otherwise look absurd for a read.
@@ -864,7 +820,6 @@ class Conn {
   const Options &opt_;
   sqlite3 *db_ = nullptr;
   std::chrono::steady_clock::time_point busy_start_{};
-  bool leave_wal_ = false;
   std::vector<sqlite3_stmt *> owned_;
   sqlite3_stmt *get_ = nullptr;
   std::array<sqlite3_stmt *, 256> list_{};
@@ -1175,15 +1130,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
                                                                                               : "a special file") +
                                   "); give the path of a database file");
     }
-    // Looked at before any connection of ours makes a -wal: the -wal
-    // first, then the header, so that a last writer switching to rollback
-    // mode meanwhile (it deletes the -wal, then rewrites the header) is
-    // caught by confirm_missing_wal's second look.
-    const bool wal_missing =
-        !opt_.accept_missing_wal && !tnx_sqlite::wal_file_exists(opt_.path) && tnx_sqlite::header_says_wal(opt_.path);
     writer_ = std::make_unique<Conn>(opt_, Conn::Role::Writer);
     Conn &w = *writer_;
-    if (wal_missing) confirm_missing_wal(w);
     // A file the process cannot write to opens read-only: behave as mode=ro.
     if (!opt_.read_only && sqlite3_db_readonly(w.db(), "main") == 1) {
       read_only_ = true;
@@ -1194,14 +1142,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
       read_only_why_ = opt_.host_read_only ? "opened read-only for inspection" : "opened with mode=ro";
     }
     set_up(w);
-    if (!read_only_ && opt_.journal == Journal::Wal) {
-      w.leave_wal_on_close();
-      // The tnx_wal_guard marker must be in the file itself, not only in
-      // the -wal, for a copy of the file alone to carry it: SQLite's own
-      // checkpoint comes only after 1000 pages, which a small store may
-      // never reach before it closes. PASSIVE never waits for anyone.
-      sqlite3_wal_checkpoint_v2(w.db(), nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-    }
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
@@ -1216,26 +1156,11 @@ class SqliteStore final : public toolnexus::sdk::Store {
 
   ~SqliteStore() override = default;
 
-  /// Throws TNX_ECORRUPT (missing_wal_message) when the database, seen in
-  /// WAL mode without its -wal before `w` opened, still is once a closing
-  /// writer's switch to rollback mode (which holds the lock) is over, and
-  /// carries the tnx_wal_guard marker (missing_wal.hpp). Changes nothing.
-  void confirm_missing_wal(Conn &w) {
-    (void)w.query_int("PRAGMA schema_version", "sqlite: open");  // waits for the lock
-    if (!tnx_sqlite::header_says_wal(opt_.path)) return;
-    const std::string guard =
-        std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '") +
-        tnx_sqlite::kWalGuardTable + "'";
-    if (w.query_int(guard.c_str(), "sqlite: open") == 0) return;
-    throw Error(TNX_ECORRUPT, tnx_sqlite::missing_wal_message(opt_.path));
-  }
-
   /// `o` with keep_wal set for a read-only open of a database that has a
   /// -wal beside it (looked at before any connection could make one).
-  /// Also when the file was in rollback mode: a -wal that appears during
-  /// the read is a writer's, for it to fold (missing_wal.hpp).
   static Options with_keep_wal(Options o) {
-    o.keep_wal = o.read_only && (tnx_sqlite::wal_file_exists(o.path) || !tnx_sqlite::header_says_wal(o.path));
+    struct stat ws {};
+    o.keep_wal = o.read_only && ::lstat((o.path + "-wal").c_str(), &ws) == 0;
     return o;
   }
 
@@ -1502,10 +1427,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
     int64_t app = w.query_int("PRAGMA application_id", "sqlite: open");
     int64_t ver = w.query_int("PRAGMA user_version", "sqlite: open");
     check(app, ver);
-    if (ver == kSchemaVersion) {
-      if (!read_only_) ensure_wal_guard(w);
-      return;
-    }
+    if (ver == kSchemaVersion) return;
     // Schema 2 differs from 3 only by the counters: readable as it is.
     if (read_only_ && ver == 2) {
       have_counts_ = false;
@@ -1545,28 +1467,12 @@ class SqliteStore final : public toolnexus::sdk::Store {
         w.exec(("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
         w.exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
       }
-      w.exec(wal_guard_sql().c_str(), "sqlite: open");
       w.exec("COMMIT", "sqlite: open");
     } catch (...) {
       if (sqlite3_get_autocommit(w.db()) == 0)
         sqlite3_exec(w.db(), "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
-  }
-
-  /// CREATE TABLE IF NOT EXISTS of the tnx_wal_guard marker (missing_wal.hpp):
-  /// an empty table, invisible to older versions of this plugin.
-  static std::string wal_guard_sql() {
-    return std::string("CREATE TABLE IF NOT EXISTS ") + tnx_sqlite::kWalGuardTable +
-           " (closes_in_rollback_mode INTEGER)";
-  }
-
-  /// Creates the marker in a database made before it existed (a write only
-  /// then: later opens only read sqlite_master).
-  void ensure_wal_guard(Conn &w) {
-    const std::string q = std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '") +
-                          tnx_sqlite::kWalGuardTable + "'";
-    if (w.query_int(q.c_str(), "sqlite: open") == 0) w.exec(wal_guard_sql().c_str(), "sqlite: open");
   }
 
   // -------------------------------------------------------------------------
