@@ -1,6 +1,8 @@
 // Failures as the HTTP+JSON binding reports them (see errors.hpp).
 #include "wire/errors.hpp"
 
+#include "common/util.hpp"
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -28,7 +30,7 @@ std::pair<int, const char *> rest_status_for(int code) noexcept {
 int write_rest_error(const Failure &f, std::string &body) {
   const auto [status, name] = f.unavailable ? std::pair<int, const char *>{503, "UNAVAILABLE"} : rest_status_for(f.code);
   std::string_view field = f.field;
-  std::string message = f.message;
+  std::string message = valid_utf8_text(f.message);  // echoed client bytes stay valid JSON
   if (field.substr(0, 7) == "params.") {
     field.remove_prefix(7);
     // "invalid params: params.x ..." reads "invalid request: x ..." here.
