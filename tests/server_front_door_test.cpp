@@ -267,3 +267,52 @@ TEST_CASE("a request pipelined behind an SSE stream is answered after the stream
   CHECK(std::string(task["id"].GetString()) == id);
   CHECK(std::string(task["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
 }
+
+TEST_CASE("every HTTP+JSON error: its status name is the google.rpc.Code of its HTTP status, ErrorInfo names the A2A error") {
+  auto server = serve_approval();
+  Client c(server.url());
+  const std::string done = task_id(c.send("deploy 3"));
+  c.wait_settled(done);
+  c.send("approve", R"("taskId":)" + q(done));
+  REQUIRE(state_of(c.get_task(done)) == "completed");
+  auto o = test_options();
+  o.push.enabled = false;
+  auto no_push = toolnexus::serve(o);
+  struct Case {
+    std::string request;
+    int code;
+    std::string status;
+    std::string reason;
+    const toolnexus::ServerHandle *to = nullptr;  // null: `server`
+  };
+  const std::string send = "POST /message:send HTTP/1.1";
+  const std::vector<Case> cases = {
+      {raw("GET /tasks/no-such-task HTTP/1.1"), 404, "NOT_FOUND", "TASK_NOT_FOUND"},
+      {raw("POST /tasks/" + done + ":cancel HTTP/1.1"), 409, "ABORTED", "TASK_NOT_CANCELABLE"},
+      {raw("GET /tasks/" + done + ":subscribe HTTP/1.1"), 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"},
+      {raw("GET /tasks/" + done + "/pushNotificationConfigs/nope HTTP/1.1"), 404, "NOT_FOUND", "TASK_NOT_FOUND"},
+      {raw("GET /tasks/x/pushNotificationConfigs HTTP/1.1"), 400, "FAILED_PRECONDITION",
+       "PUSH_NOTIFICATION_NOT_SUPPORTED", &no_push},
+      {raw("GET /extendedAgentCard HTTP/1.1"), 400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"},
+      {raw("GET /tasks HTTP/1.1", "A2A-Version: 9.9\r\n"), 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"},
+      {raw(send, "Content-Type: text/plain\r\n", "{}"), 415, "INVALID_ARGUMENT", "CONTENT_TYPE_NOT_SUPPORTED"},
+      {raw(send, kJson, "{not json"), 400, "INVALID_ARGUMENT", "PARSE_ERROR"},
+      {raw(send, kJson, "[1]"), 400, "INVALID_ARGUMENT", "INVALID_REQUEST"},
+      {raw("POST /message:send HTTP/1.1", kJson + "Content-Length: 0\r\n"), 400, "INVALID_ARGUMENT", "INVALID_PARAMS"},
+      {raw("GET /tasks/" + done + "?historyLength=abc HTTP/1.1"), 400, "INVALID_ARGUMENT", "INVALID_PARAMS"},
+      {raw("GET /tasks?pageSize=%ZZ HTTP/1.1"), 400, "INVALID_ARGUMENT", "INVALID_REQUEST"},
+      {raw("GET /tasks?history__length=1 HTTP/1.1"), 400, "INVALID_ARGUMENT", "INVALID_REQUEST"},
+  };
+  for (const Case &k : cases) {
+    CAPTURE(k.request);
+    const HttpResponse r = send_new(k.to != nullptr ? *k.to : server, k.request);
+    CHECK(r.status == k.code);
+    const rapidjson::Document d = strict_json(r.body);
+    REQUIRE_MESSAGE(d["error"].IsObject(), r.body);
+    CHECK(d["error"]["code"].GetInt() == k.code);
+    CHECK(std::string(d["error"]["status"].GetString()) == k.status);
+    REQUIRE(d["error"]["details"].IsArray());
+    CHECK(std::string(d["error"]["details"][0]["reason"].GetString()) == k.reason);
+    CHECK(std::string(d["error"]["message"].GetString()).size() > 10);
+  }
+}
