@@ -233,7 +233,7 @@ rapidjson::Value message_from_v03(const rapidjson::Value &m, rapidjson::Document
     const std::string_view role = str(find(m, "role"));
     if (role == "ROLE_USER" || role == "ROLE_AGENT")
       throw RpcError(e.code(),
-                     std::string(e.what()) + " (this is an A2A 1.0 message: send the header A2A-Version: 1.0)",
+                     e.message() + " (this is an A2A 1.0 message: send the header A2A-Version: 1.0)",
                      e.field());
     throw;
   }
