@@ -230,7 +230,7 @@ TEST_CASE("a request pipelined behind an SSE stream is answered after the stream
   auto server = serve_approval();
   Client c(server.url());
   const std::string id = task_id(c.send("deploy 2.0"));
-  c.wait_settled(id);
+  c.wait_settled(id, 20s);
   Connection conn(port_of(server.url()));
   SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   REQUIRE(sse.status() == 200);
@@ -272,9 +272,9 @@ TEST_CASE("every HTTP+JSON error: its status name is the google.rpc.Code of its 
   auto server = serve_approval();
   Client c(server.url());
   const std::string done = task_id(c.send("deploy 3"));
-  c.wait_settled(done);
+  c.wait_settled(done, 20s);
   c.send("approve", R"("taskId":)" + q(done));
-  REQUIRE(state_of(c.get_task(done)) == "completed");
+  REQUIRE(state_of(c.wait_settled(done, 20s)) == "completed");
   auto o = test_options();
   o.push.enabled = false;
   auto no_push = toolnexus::serve(o);
