@@ -69,7 +69,8 @@ TEST_CASE("client text echoed in an error is valid UTF-8 JSON, whole, NUL shown 
   std::string m = message_of(r.body);
   CHECK_MESSAGE(m.rfind("method 'tasks/get\\x00x' not found", 0) == 0, m);
   // A method name that is long: cut with "...", not silently.
-  r = send(conn, raw("POST / HTTP/1.1", kJson, R"({"jsonrpc":"2.0","id":2,"method":")" + std::string(300, 'm') + "\"}"));
+  r = send(conn,
+           raw("POST / HTTP/1.1", kJson, R"({"jsonrpc":"2.0","id":2,"method":")" + std::string(300, 'm') + "\"}"));
   m = message_of(r.body);
   CHECK_MESSAGE(has(m, "'" + std::string(200, 'm') + "...'"), m);
   // A2A-Version bytes that are not UTF-8, in the header: JSON-RPC -32009.
@@ -268,7 +269,7 @@ TEST_CASE("a request pipelined behind an SSE stream is answered after the stream
   CHECK(std::string(task["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
 }
 
-TEST_CASE("every HTTP+JSON error: its status name is the google.rpc.Code of its HTTP status, ErrorInfo names the A2A error") {
+TEST_CASE("every HTTP+JSON error: status is the google.rpc.Code of its HTTP status; ErrorInfo names the A2A error") {
   auto server = serve_approval();
   Client c(server.url());
   const std::string done = task_id(c.send("deploy 3"));

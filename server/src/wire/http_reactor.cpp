@@ -374,7 +374,8 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
           // most one request's worth is kept; beyond it, the connection
           // closes after the stream (the client retries what was not
           // answered, section 9.3.1) instead of holding unbounded input.
-          if (c.in.size() + static_cast<std::size_t>(n) <= limits.max_header_bytes + limits.max_body_bytes + kReadChunk) {
+          const std::size_t room = limits.max_header_bytes + limits.max_body_bytes + kReadChunk;
+          if (c.in.size() + static_cast<std::size_t>(n) <= room) {
             c.in.append(buf, static_cast<std::size_t>(n));
           } else {
             c.keep_alive = false;
