@@ -269,6 +269,33 @@ TEST_CASE("a request pipelined behind an SSE stream is answered after the stream
   CHECK(std::string(task["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
 }
 
+TEST_CASE("more than a head and 64 KiB pipelined behind a stream: the connection closes after the stream") {
+  auto server = serve_approval();
+  Client c(server.url());
+  const std::string id = task_id(c.send("deploy 2.1"));
+  c.wait_settled(id, 20s);
+  Connection conn(port_of(server.url()));
+  SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  REQUIRE(sse.status() == 200);
+  REQUIRE(sse.next());
+  // A body of 200 KB (under the 1 MiB body limit): more than is kept.
+  const std::string big = R"({"message":{"role":"ROLE_USER","messageId":"m","parts":[{"text":")" +
+                          std::string(200 * 1000, 'x') + "\"}]}}";
+  REQUIRE(conn.send_raw(raw("POST /message:send HTTP/1.1", kJson, big)));
+  CHECK(!sse.next(300ms));
+  c.send("approve", R"("taskId":)" + q(id));
+  const auto events = sse.rest();
+  REQUIRE(sse.ended());
+  REQUIRE(!events.empty());
+  CHECK(std::string(parse(events.back().data)["statusUpdate"]["status"]["state"].GetString()) ==
+        "TASK_STATE_COMPLETED");
+  // Then the connection closes, the pipelined request unanswered (the
+  // client retries it: RFC 9112 section 9.3.2); no second Task was made.
+  CHECK(sse.unparsed().empty());
+  CHECK(conn.closed_within(10s));
+  CHECK(c.call("ListTasks", "{}")["result"]["tasks"].Size() == 1);
+}
+
 TEST_CASE("every HTTP+JSON error: status is the google.rpc.Code of its HTTP status; ErrorInfo names the A2A error") {
   auto server = serve_approval();
   Client c(server.url());

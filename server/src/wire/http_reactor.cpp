@@ -370,11 +370,12 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
           if (c.phase != Phase::reading) return;
         } else if (c.phase == Phase::streaming && c.keep_alive) {
           // A request pipelined behind the stream (RFC 9112 section 9.3.2)
-          // waits here, and is parsed when the stream ends (to_reading). At
-          // most one request's worth is kept; beyond it, the connection
-          // closes after the stream (the client retries what was not
-          // answered, section 9.3.1) instead of holding unbounded input.
-          const std::size_t room = limits.max_header_bytes + limits.max_body_bytes + kReadChunk;
+          // waits here, and is parsed when the stream ends (to_reading). A
+          // stream may last for hours, so little is kept: a head and 64 KiB.
+          // Beyond that, the connection closes after the stream (a client
+          // that pipelines retries what was not answered, section 9.3.2)
+          // instead of holding a body per stream.
+          const std::size_t room = limits.max_header_bytes + kReadChunk;
           if (c.in.size() + static_cast<std::size_t>(n) <= room) {
             c.in.append(buf, static_cast<std::size_t>(n));
           } else {
