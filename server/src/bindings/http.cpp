@@ -12,6 +12,7 @@
 #include <Poco/Net/NetException.h>
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/Net/SocketAddress.h>
+#include <Poco/URI.h>
 
 #include <algorithm>
 #include <chrono>
