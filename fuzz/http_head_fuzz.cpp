@@ -9,12 +9,15 @@
 // its lines after the first are also read as a Transfer-Encoding field's
 // values.
 //
-// Invariants: a verdict is 0, 400 or 505, with a reason exactly when it
-// refuses; an accepted head has CRLF line ends only (no bare LF or CR), no
-// obs-fold, no whitespace before a field's colon, no control character but
-// HTAB in a field line, and a request line "METHOD SP TARGET SP HTTP/d.d".
+// Invariants: a verdict is 0, 400, 414 or 505, with a reason exactly when
+// it refuses (414 only for a target over kMaxRequestTarget bytes); an
+// accepted head has CRLF line ends only (no bare LF or CR), no obs-fold, no
+// whitespace before a field's colon, no control character but HTAB in a
+// field line, and a request line "METHOD SP TARGET SP HTTP/d.d".
 // A Transfer-Encoding verdict is 0, 400 or 501, and 0 only when the last
-// coding listed is "chunked" and no other coding is.
+// coding listed is "chunked" and no other coding is. An accepted head's
+// target read by read_request_target is served as origin-form ('/...'), or
+// "*" for OPTIONS only, with an authority exactly for absolute-form.
 #include "fuzz_check.hpp"
 #include "wire/http_head.hpp"
 
@@ -26,7 +29,9 @@
 
 using toolnexus::server_detail::check_request_head;
 using toolnexus::server_detail::iequals;
+using toolnexus::server_detail::kMaxRequestTarget;
 using toolnexus::server_detail::parse_transfer_encoding;
+using toolnexus::server_detail::read_request_target;
 using toolnexus::server_detail::trim_ows;
 
 namespace {
@@ -51,7 +56,7 @@ std::vector<std::string_view> lines_of(std::string_view head) {
 
 void check_head(std::string_view head) {
   const auto v = check_request_head(head);
-  FUZZ_CHECK(v.status == 0 || v.status == 400 || v.status == 505, std::to_string(v.status));
+  FUZZ_CHECK(v.status == 0 || v.status == 400 || v.status == 414 || v.status == 505, std::to_string(v.status));
   FUZZ_CHECK((v.status == 0) == v.why.empty(), v.why);
   if (v.status != 0) return;
   for (std::size_t i = 0; i < head.size(); ++i) {
@@ -68,6 +73,16 @@ void check_head(std::string_view head) {
   const std::size_t sp2 = rl.find(' ', sp1 + 1);
   FUZZ_CHECK(sp2 != std::string_view::npos && sp2 > sp1 + 1, "request line without target");
   for (std::size_t i = sp1 + 1; i < sp2; ++i) FUZZ_CHECK(rl[i] > 0x20 && rl[i] < 0x7f, "target not visible ASCII");
+  FUZZ_CHECK(sp2 - sp1 - 1 <= kMaxRequestTarget, "a target over the limit accepted");
+  const std::string_view method = rl.substr(0, sp1);
+  const auto t = read_request_target(method, rl.substr(sp1 + 1, sp2 - sp1 - 1));
+  FUZZ_CHECK((t.status == 0) == t.why.empty() && (t.status == 0 || t.status == 400), t.why);
+  if (t.status == 0) {
+    FUZZ_CHECK(t.origin.find('#') == std::string::npos, "a fragment served: " + t.origin);
+    const bool asterisk = t.origin == "*" && method == "OPTIONS" && t.authority.empty();
+    FUZZ_CHECK((!t.origin.empty() && t.origin[0] == '/') || asterisk, "target served as " + t.origin);
+    FUZZ_CHECK(t.authority.find_first_of("@/?") == std::string::npos, "authority " + t.authority);
+  }
   const std::string_view version = rl.substr(sp2 + 1);
   FUZZ_CHECK(version.size() == 8 && version.substr(0, 7) == "HTTP/1." && version[7] >= '0' && version[7] <= '9',
              "version '" + std::string(version) + "' accepted");

@@ -7,7 +7,10 @@
 // Invariants: bad_request only for a path with a malformed '%' escape, with
 // a sentence saying where; a path without '%' routes to ids that are
 // slash-free pieces of it; method_not_allowed lists in `allow` the methods
-// the path takes, and each of them matches it.
+// the path takes, and each of them matches it. The same bytes read as a
+// query (parse_query) are refused exactly for a malformed escape after the
+// '?' or a name given twice; accepted, the names are distinct and '%' free
+// bytes come back as they were ('+' as a space).
 #include "bindings/rest.hpp"
 #include "fuzz_check.hpp"
 
@@ -15,7 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <set>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 using namespace toolnexus::server_detail;
 
@@ -34,6 +40,42 @@ bool malformed_escape(std::string_view path) {
 void check_piece(std::string_view path, const std::string &piece, const char *what) {
   FUZZ_CHECK(piece.find('/') == std::string::npos, std::string(what) + " with a slash: " + piece);
   FUZZ_CHECK(path.find(piece) != std::string_view::npos, std::string(what) + " not in the path: " + piece);
+}
+
+void check_query(std::string_view uri) {
+  std::vector<std::pair<std::string, std::string>> params;
+  const std::string why = parse_query(uri, params);
+  const std::size_t q = uri.find('?');
+  if (q == std::string_view::npos) {
+    FUZZ_CHECK(why.empty() && params.empty(), "a query read from a target without '?'");
+    return;
+  }
+  const std::string_view query = uri.substr(q + 1);
+  if (malformed_escape(query)) {
+    FUZZ_CHECK(why.find("malformed percent-escape") != std::string::npos, "malformed escape read: " + why);
+    return;
+  }
+  if (!why.empty()) {
+    FUZZ_CHECK(why.find("is given more than once") != std::string::npos, why);
+    return;
+  }
+  std::set<std::string> names;
+  for (const auto &[name, value] : params) FUZZ_CHECK(names.insert(name).second, "a name kept twice: " + name);
+  if (query.find('%') == std::string_view::npos && query.find('=') == std::string_view::npos) {
+    std::string expect;
+    for (char c : query) expect += c == '+' ? ' ' : c;
+    std::string got;
+    for (const auto &[name, value] : params) got += (got.empty() ? "" : "&") + name;
+    std::string want;  // the non-empty pieces
+    std::size_t p = 0;
+    while (p <= expect.size()) {
+      std::size_t amp = expect.find('&', p);
+      if (amp == std::string::npos) amp = expect.size();
+      if (amp > p) want += (want.empty() ? "" : "&") + expect.substr(p, amp - p);
+      p = amp + 1;
+    }
+    FUZZ_CHECK(got == want, "query names " + got + " read from " + std::string(query));
+  }
 }
 
 }  // namespace
@@ -73,5 +115,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, std::size_t size) {
       p = comma + 2;
     }
   }
+  check_query(path);
   return 0;
 }

@@ -378,7 +378,7 @@ TEST_CASE("streams echo such ids byte for byte in every frame, and in a refusal"
 TEST_CASE("HTTP surface: 404 for anything but POST /, the card and the HTTP+JSON routes") {
   Fixture f;
   Connection conn(port_of(f.server.url()));
-  CHECK(conn.get("/").status == 404);
+  CHECK(conn.get("/").status == 405);  // JSON-RPC's path: Allow: POST (issue 19)
   CHECK(conn.get("/rpc").status == 404);
   CHECK(conn.get("/tasks").status == 200);  // HTTP+JSON ListTasks
   CHECK(conn.get("/tasks/x/y").status == 404);

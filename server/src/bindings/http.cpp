@@ -73,17 +73,6 @@ HttpReply json_reply(int status, std::string_view json) {
   return r;
 }
 
-// The decoded query parameters of the request URI (empty when it has none
-// or they cannot be decoded).
-std::vector<std::pair<std::string, std::string>> query_of(const std::string &uri) {
-  if (uri.find('?') == std::string::npos) return {};
-  try {
-    return Poco::URI(uri).getQueryParameters();
-  } catch (const Poco::Exception &) {
-    return {};
-  }
-}
-
 // The A2A-Version service parameter: the header, else the query parameter
 // (A2A v1.0 section 3.6).
 std::string a2a_version_of(const HttpRequest &req, const std::vector<std::pair<std::string, std::string>> &query) {
@@ -111,7 +100,7 @@ bool json_content_type(const HttpRequest &req) {
 std::string content_type_refusal(const HttpRequest &req) {
   const std::string &ct = req.head.getContentType();
   return (ct.empty() ? std::string("a request body without Content-Type")
-                     : "Content-Type '" + ct.substr(0, 100) + "'") +
+                     : "Content-Type " + in_quotes(ct)) +
          " is not supported; send Content-Type: application/json (or application/a2a+json)";
 }
 
@@ -146,9 +135,12 @@ class Router {
     if (!card_path && (status = cross_site_refusal(req, out)) != 0) {
       // refused: a rebound DNS name or another site's page
     } else if (path == "/") {
-      status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, out, b, principal) : not_found(out);
-    } else if (card_path && (m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD)) {
-      status = card(req, out);
+      status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, out, b, principal)
+                                                      : method_not_allowed(req, out, "POST");
+    } else if (card_path) {
+      status = m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD
+                   ? card(req, out)
+                   : method_not_allowed(req, out, "GET, HEAD");
     } else {
       RestRoute route;
       std::string allow;
@@ -245,15 +237,20 @@ class Router {
     if (!authenticate(req, out, principal)) return 401;
     b.method = "REST ";
     b.method += req.head.getMethod();
-    const auto query = query_of(req.head.getURI());
+    std::vector<std::pair<std::string, std::string>> query;
+    if (std::string bad = parse_query(req.head.getURI(), query); !bad.empty()) {
+      const int refused = write_rest_error(Failure{rpc_code::kInvalidRequest, bad, {}}, b.answer);
+      out.reply(json_reply(refused, b.answer));
+      return refused;
+    }
     const std::string version = a2a_version_of(req, query);
     const std::optional<Dialect> dialect = dialect_for_version(version, Dialect::v1_0);
     int status = 0;
     if (dialect != Dialect::v1_0) {
       status = write_rest_error(
           Failure{rpc_code::kVersionNotSupported,
-                  "A2A-Version '" + version.substr(0, 32) +
-                      "' is not supported on the HTTP+JSON binding, which speaks A2A 1.0 (A2A 0.3 clients "
+                  "A2A-Version " + in_quotes(version) +
+                      " is not supported on the HTTP+JSON binding, which speaks A2A 1.0 (A2A 0.3 clients "
                       "use JSON-RPC: POST /)",
                   "A2A-Version"},
           b.answer);
@@ -314,7 +311,12 @@ class Router {
       out.reply(http_error_reply(415, content_type_refusal(req)));
       return 415;
     }
-    const std::string version = a2a_version_of(req, query_of(req.head.getURI()));
+    std::vector<std::pair<std::string, std::string>> query;
+    if (std::string bad = parse_query(req.head.getURI(), query); !bad.empty()) {
+      out.reply(http_error_reply(400, bad));
+      return 400;
+    }
+    const std::string version = a2a_version_of(req, query);
     std::optional<StreamPlan> plan;
     bool is_stream = false;
     Dialect dialect = Dialect::v0_3;

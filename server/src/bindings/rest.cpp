@@ -84,7 +84,82 @@ void add_string(rapidjson::Document &d, std::string_view name, std::string_view 
   set_member(d, name, make_string(value, a), a);
 }
 
+// The query parameters of section 11.5: camelCase, then the proto name.
+constexpr std::pair<std::string_view, std::string_view> kQueryParams[] = {
+    {"contextId", "context_id"},         {"status", "status"},
+    {"pageSize", "page_size"},           {"pageToken", "page_token"},
+    {"historyLength", "history_length"}, {"statusTimestampAfter", "status_timestamp_after"},
+    {"includeArtifacts", "include_artifacts"}, {"tenant", "tenant"},
+};
+
+// `name` folded for the near-miss check: lower case, no '_' or '-'.
+std::string folded(std::string_view name) {
+  std::string out;
+  for (char c : name)
+    if (c != '_' && c != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The camelCase name of query parameter `name`: itself or the JSON name of
+// its proto name; "" for an unknown name. A near miss throws.
+std::string_view query_param(std::string_view name) {
+  for (const auto &[camel, proto] : kQueryParams)
+    if (name == camel || name == proto) return camel;
+  const std::string f = folded(name);
+  for (const auto &[camel, proto] : kQueryParams)
+    if (f == folded(camel))
+      throw RpcError(rpc_code::kInvalidRequest,
+                     "unknown query parameter " + in_quotes(name) + ": did you mean '" + std::string(camel) +
+                         "' (or its proto name '" + std::string(proto) + "')? (A2A v1.0 section 11.5)",
+                     std::string(name));
+  return {};
+}
+
 }  // namespace
+
+std::string parse_query(std::string_view uri, std::vector<std::pair<std::string, std::string>> &out) {
+  out.clear();
+  const std::size_t q = uri.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = uri.substr(q + 1);
+  while (!rest.empty()) {
+    const std::size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const std::size_t eq = pair.find('=');
+    const std::string_view raw_name = pair.substr(0, eq);
+    std::string decoded_pair[2];
+    const std::string_view raw[2] = {raw_name, eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1)};
+    for (int k = 0; k < 2; ++k) {
+      const std::string_view s = raw[k];
+      std::string &d = decoded_pair[k];
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '+') {
+          d += ' ';
+        } else if (s[i] != '%') {
+          d += s[i];
+        } else if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) != 0 &&
+                   std::isxdigit(static_cast<unsigned char>(s[i + 2])) != 0) {
+          d += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+          i += 2;
+        } else {
+          return "malformed percent-escape " + in_quotes(s.substr(i, 3)) + " in the " +
+                 (k == 0 ? std::string("name of the query parameter ") + in_quotes(raw_name)
+                         : "value of the query parameter " + in_quotes(raw_name)) +
+                 " (RFC 3986 section 2.1: '%' and two hex digits)";
+        }
+      }
+    }
+    if (!pair.empty()) {
+      for (const auto &[name, value] : out)
+        if (name == decoded_pair[0])
+          return "the query parameter " + in_quotes(name) + " is given more than once; give it once";
+      out.emplace_back(std::move(decoded_pair[0]), std::move(decoded_pair[1]));
+    }
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return {};
+}
 
 RestMatch match_rest_route(std::string_view http_method, std::string_view path, RestRoute &route,
                            std::string &allow) {
@@ -163,7 +238,14 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
     // from strings too. A2A-Version was read by the caller.
     for (const auto &[name, value] : query) {
       if (name == "A2A-Version" || name == "a2a-version") continue;
-      if (find(params, name) == nullptr) add_string(params, name, value);
+      const std::string_view camel = query_param(name);
+      if (camel.empty()) continue;  // not a request field: ignored (section 5.7)
+      if (find(params, camel) != nullptr)
+        throw RpcError(rpc_code::kInvalidRequest,
+                       "the query parameter " + in_quotes(name) + " names '" + std::string(camel) +
+                           "', which is given again (in the query or the body); give it once",
+                       std::string(camel));
+      add_string(params, camel, value);
     }
     // Proto field names (page_size, task_id) in the body or the query are
     // renamed to the JSON names (A2A v1.0 section 5.5), before the path's
@@ -188,7 +270,7 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
       call.tenant.assign(t->GetString(), t->GetStringLength());
     }
   } catch (const RpcError &e) {
-    return write_rest_error(Failure{e.code(), e.what(), e.field()}, body);
+    return write_rest_error(Failure{e.code(), e.message(), e.field()}, body);
   }
   if (route.method == A2AMethod::send_streaming_message || route.method == A2AMethod::subscribe_to_task) {
     if (plan == nullptr)

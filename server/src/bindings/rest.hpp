@@ -54,12 +54,27 @@ enum class RestMatch { matched, not_found, method_not_allowed, bad_request };
 RestMatch match_rest_route(std::string_view http_method, std::string_view path, RestRoute &route,
                            std::string &allow);
 
+/// The query of the request target `uri` ("/tasks?pageSize=5&x=a%20b"),
+/// decoded into `out` in order (name, value; '+' reads as a space, as HTML
+/// forms send it). Returns "" or, when it cannot be read, a sentence naming
+/// the parameter: a malformed percent-escape (RFC 3986 section 2.1: '%'
+/// and two hex digits), or a parameter given twice (which one would count
+/// depends on the server: refused). Never throws (std::bad_alloc aside).
+std::string parse_query(std::string_view uri, std::vector<std::pair<std::string, std::string>> &out);
+
 /// Serves one matched route: builds the method's params from the route,
 /// the decoded query parameters and the body (JSON, checked against
 /// `max_json_depth`; only SendMessage requires one), calls `methods`, and
 /// leaves the answer in `body`. Returns the HTTP status. A streaming route
 /// (message:stream, :subscribe) that succeeds fills `*plan` instead and
 /// returns 0; `last_event_id` is the request's Last-Event-ID. Never throws.
+/// Query parameters are the request fields of section 11.5 (contextId,
+/// status, pageSize, pageToken, historyLength, statusTimestampAfter,
+/// includeArtifacts, tenant), each by its camelCase name or its proto
+/// (snake_case) name; one named both ways is refused. Other names are
+/// ignored (section 5.7: unrecognized fields SHOULD be ignored), except a
+/// near miss of a known one ("history__length", "HistoryLength"), which is
+/// refused 400 naming it: ignored, it would silently not apply.
 int serve_rest(A2AMethods &methods, const RestRoute &route,
                const std::vector<std::pair<std::string, std::string>> &query, std::string_view request_body,
                int max_json_depth, CallContext call, ResponseWriter &out, std::string &body,

@@ -44,6 +44,31 @@ std::string in_quotes(std::string_view s) {
   return out;
 }
 
+std::string valid_utf8_text(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  static const char *hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 16);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 1;
+    if (c >= 0xc0 && c < 0xe0) n = 2;
+    else if (c >= 0xe0 && c < 0xf0) n = 3;
+    else if (c >= 0xf0) n = 4;
+    if (c < 0x80 || (n >= 2 && is_valid_utf8(s.substr(i, n)))) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+    ++i;
+  }
+  return out;
+}
+
 std::string new_uuid() {
   thread_local std::mt19937_64 rng([] {
     std::random_device rd;

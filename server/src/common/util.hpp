@@ -33,6 +33,15 @@ std::string new_uuid();
 /// message there) and JSON output (invalid UTF-8 made the answer invalid).
 std::string in_quotes(std::string_view s);
 
+/// `s` made valid UTF-8 for a JSON string: each byte that is not part of a
+/// valid UTF-8 sequence is replaced by the text \xNN (as in_quotes shows
+/// it); everything else, NUL and other control bytes included, is kept (the
+/// JSON writer escapes them: NUL reads \u0000). Nothing is cut. The error
+/// bodies of both bindings pass their messages through it, so no client
+/// bytes echoed in a message can make an answer invalid JSON (issue 19).
+/// Pure; thread-safe; never throws (std::bad_alloc aside).
+std::string valid_utf8_text(std::string_view s);
+
 /// The member `name` of `obj`, or nullptr when `obj` is not an object or has
 /// no such member.
 const rapidjson::Value *find(const rapidjson::Value &obj, std::string_view name) noexcept;

@@ -233,8 +233,8 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
     const std::string_view msg_ctx = str(find(message, "contextId"));
     if (!msg_ctx.empty() && msg_ctx != s.task.context_id())
       throw LifecycleError(LifecycleErrc::context_mismatch,
-                           "params.message.contextId '" + std::string(msg_ctx) +
-                               "' does not match the contextId of Task '" + id + "'");
+                           "params.message.contextId " + in_quotes(msg_ctx) +
+                               " does not match the contextId of Task " + in_quotes(id));
     // The limits: refused before anything is saved, so the Task stays as it
     // was (this is a copy of it).
     const rapidjson::Value *history = find(s.task.json(), "history");

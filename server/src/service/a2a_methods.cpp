@@ -233,7 +233,7 @@ rapidjson::Value message_from_v03(const rapidjson::Value &m, rapidjson::Document
     const std::string_view role = str(find(m, "role"));
     if (role == "ROLE_USER" || role == "ROLE_AGENT")
       throw RpcError(e.code(),
-                     std::string(e.what()) + " (this is an A2A 1.0 message: send the header A2A-Version: 1.0)",
+                     e.message() + " (this is an A2A 1.0 message: send the header A2A-Version: 1.0)",
                      e.field());
     throw;
   }
@@ -272,7 +272,7 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
   try {
     throw;
   } catch (const RpcError &e) {
-    return {e.code(), e.what(), e.field(), e.metadata()};
+    return {e.code(), e.message(), e.field(), e.metadata()};
   } catch (const LifecycleError &e) {
     switch (e.code()) {
       case LifecycleErrc::not_found:
@@ -344,15 +344,15 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
     if (is_stream_method != nullptr) *is_stream_method = streaming;
     if (!dialect) {
       throw RpcError(rpc_code::kVersionNotSupported,
-                     "A2A-Version '" + std::string(a2a_version.substr(0, 32)) +
-                         "' is not supported: this server speaks A2A 1.0 (A2A-Version: 1.0) and 0.3 "
+                     "A2A-Version " + in_quotes(a2a_version) +
+                         " is not supported: this server speaks A2A 1.0 (A2A-Version: 1.0) and 0.3 "
                          "(no A2A-Version, or 0.3)",
                      "A2A-Version");
     }
     if (!m || (streaming && stream == nullptr)) {
       throw RpcError(rpc_code::kMethodNotFound,
-                     "method '" + std::string(env.method.substr(0, 100)) +
-                         "' not found (this agent serves SendMessage, SendStreamingMessage, GetTask, CancelTask, "
+                     "method " + in_quotes(env.method) +
+                         " not found (this agent serves SendMessage, SendStreamingMessage, GetTask, CancelTask, "
                          "ListTasks, SubscribeToTask, the push notification config methods, and their v0.3 "
                          "spellings)");
     }
@@ -584,7 +584,7 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
     }
     throw RpcError(rpc_code::kTaskNotFound,
                    "Task " + in_quotes(task_id) + " has no push notification config" +
-                       (cid ? " '" + std::string(*cid) + "'" : std::string()),
+                       (cid ? " " + in_quotes(*cid) : std::string()),
                    v1 ? "params.id" : "params.pushNotificationConfigId");
   }
   // list: every config (a Task has few: no pages).

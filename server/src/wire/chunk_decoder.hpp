@@ -4,6 +4,7 @@
 #ifndef TOOLNEXUS_SERVER_WIRE_CHUNK_DECODER_HPP
 #define TOOLNEXUS_SERVER_WIRE_CHUNK_DECODER_HPP
 
+#include "common/util.hpp"
 #include "wire/http_head.hpp"
 
 #include <algorithm>
@@ -83,7 +84,7 @@ class ChunkDecoder {
         if (semi != std::string_view::npos) size_text = trim_ows(size_text);
         if (size_text.empty() || size_text.size() > 15 ||
             size_text.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos) {
-          why = "bad chunk size '" + std::string(line.substr(0, 40)) + "'";
+          why = "bad chunk size " + in_quotes(line.substr(0, 40));
           r = Result::bad;
           break;
         }

@@ -1,17 +1,22 @@
 // Failures as the HTTP+JSON binding reports them (see errors.hpp).
 #include "wire/errors.hpp"
 
+#include "common/util.hpp"
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 namespace toolnexus::server_detail {
 
+// The status name is the google.rpc.Code whose HTTP mapping (code.proto)
+// is the status sent: a client that reads `status` beside `code` finds
+// them agreeing. The A2A error itself is ErrorInfo.reason.
 std::pair<int, const char *> rest_status_for(int code) noexcept {
   switch (code) {
     case rpc_code::kTaskNotFound: return {404, "NOT_FOUND"};
-    case rpc_code::kTaskNotCancelable: return {409, "FAILED_PRECONDITION"};
+    case rpc_code::kTaskNotCancelable: return {409, "ABORTED"};
     case rpc_code::kPushNotificationNotSupported:
-    case rpc_code::kUnsupportedOperation: return {400, "UNIMPLEMENTED"};
+    case rpc_code::kUnsupportedOperation: return {400, "FAILED_PRECONDITION"};
     case rpc_code::kContentTypeNotSupported: return {415, "INVALID_ARGUMENT"};
     case rpc_code::kInvalidAgentResponse: return {502, "INTERNAL"};
     case rpc_code::kExtendedCardNotConfigured:
@@ -28,7 +33,7 @@ std::pair<int, const char *> rest_status_for(int code) noexcept {
 int write_rest_error(const Failure &f, std::string &body) {
   const auto [status, name] = f.unavailable ? std::pair<int, const char *>{503, "UNAVAILABLE"} : rest_status_for(f.code);
   std::string_view field = f.field;
-  std::string message = f.message;
+  std::string message = valid_utf8_text(f.message);  // echoed client bytes stay valid JSON
   if (field.substr(0, 7) == "params.") {
     field.remove_prefix(7);
     // "invalid params: params.x ..." reads "invalid request: x ..." here.

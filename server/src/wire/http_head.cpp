@@ -43,6 +43,9 @@ HeadVerdict check_request_line(std::string_view line, bool &http11) {
   const std::string_view version = line.substr(sp2 + 1);
   if (!is_token(method)) return bad(400, 1, "the method " + in_quotes(method) + " is not a token");
   if (target.empty()) return bad(400, 1, "the request target is empty");
+  if (target.size() > kMaxRequestTarget)
+    return {414, "the request target is " + std::to_string(target.size()) + " bytes long; the limit is " +
+                     std::to_string(kMaxRequestTarget) + " bytes (RFC 9110 section 15.5.15)"};
   for (char ch : target) {
     const auto c = static_cast<unsigned char>(ch);
     if (c <= 0x20 || c >= 0x7f)
@@ -121,6 +124,42 @@ HeadVerdict check_request_head(std::string_view head) {
   if (n == 0) return bad(400, 1, "the request line is missing");
   if (http11 && !host) return {400, "an HTTP/1.1 request must have a Host field (RFC 9112 section 3.2)"};
   return {};
+}
+
+RequestTarget read_request_target(std::string_view method, std::string_view target) {
+  RequestTarget t;
+  const auto refuse = [&](const std::string &what) {
+    t.status = 400;
+    t.why = "the request target " + in_quotes(target) + " " + what;
+    return t;
+  };
+  if (target.find('#') != std::string_view::npos)
+    return refuse("has a '#' fragment, which is no part of a request target (RFC 9112 section 3.2)");
+  if (!target.empty() && target.front() == '/') {
+    t.origin = std::string(target);
+    return t;
+  }
+  if (target == "*") {
+    if (method != "OPTIONS")
+      return refuse("(asterisk-form) is only for OPTIONS (RFC 9112 section 3.2.4); this is " + in_quotes(method));
+    t.origin = "*";
+    return t;
+  }
+  const std::size_t sep = target.find("://");
+  const std::string_view scheme = sep == std::string_view::npos ? std::string_view() : target.substr(0, sep);
+  if (!iequals(scheme, "http") && !iequals(scheme, "https"))
+    return refuse("is neither origin-form (it must start with '/') nor absolute-form (http://host/path) "
+                  "(RFC 9112 section 3.2)");
+  std::string_view rest = target.substr(sep + 3);
+  const std::size_t end = rest.find_first_of("/?");
+  const std::string_view authority = rest.substr(0, end);
+  if (authority.empty()) return refuse("has no host after \"" + std::string(scheme) + "://\" (RFC 9112 section 3.2.2)");
+  if (authority.find('@') != std::string_view::npos)
+    return refuse("has a userinfo (\"user@\") in its authority, which http URIs do not take (RFC 9110 section 4.2.4)");
+  rest.remove_prefix(authority.size());
+  t.origin = rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
+  t.authority = std::string(authority);
+  return t;
 }
 
 TransferCoding parse_transfer_encoding(const std::string *values, std::size_t n) {

@@ -14,6 +14,7 @@
 //  - HTTP-version = "HTTP/" DIGIT "." DIGIT (section 2.3), else 400; a major
 //    version other than 1 is 505 (RFC 9110 section 15.6.6); HTTP/1.2..1.9 is
 //    served as HTTP/1.1 (RFC 9110 section 6.2);
+//  - a request target longer than kMaxRequestTarget is 414;
 //  - a field line starting with whitespace (obs-fold) is 400 (section 5.2);
 //  - whitespace between a field name and its colon is 400 (section 5.1,
 //    MUST); a field name that is not a token is 400;
@@ -39,6 +40,10 @@ struct HeadVerdict {
   int status = 0;
   std::string why;
 };
+
+/// The longest request target served, in bytes (Poco's reader refuses
+/// longer ones): a longer one is 414 URI Too Long (RFC 9110 section 15.5.15).
+inline constexpr std::size_t kMaxRequestTarget = 16384;
 
 /// Checks `head`: the request's bytes from the request line up to and
 /// including the empty line that ends the head ("...\r\n\r\n"). Pure; never
@@ -67,6 +72,30 @@ struct TransferCoding {
 /// value). Coding names are case-insensitive; empty list elements are
 /// skipped (RFC 9110 section 5.6.1). Never throws (std::bad_alloc aside).
 TransferCoding parse_transfer_encoding(const std::string *values, std::size_t n);
+
+/// A request target read by its form (RFC 9112 section 3.2).
+struct RequestTarget {
+  /// 0, or 400 with `why` (the target is in none of the forms below).
+  int status = 0;
+  std::string why;
+  /// What to serve, in origin-form ("/path?query"): an origin-form target
+  /// as it came; an absolute-form one's path and query ("/" for an empty
+  /// path); "*" for the asterisk-form of OPTIONS.
+  std::string origin;
+  /// An absolute-form target's authority (host[:port]): the request's Host
+  /// from now on, whatever its Host field says (RFC 9112 section 3.2.2:
+  /// the server MUST ignore the field then). Empty for the other forms.
+  std::string authority;
+};
+
+/// Reads `target`, the request line's request-target for `method`:
+/// origin-form ("/..."), absolute-form ("http://host/..." or https: the
+/// server MUST accept it, section 3.2.2), asterisk-form ("*", OPTIONS
+/// only); anything else (no leading '/', authority-form, another scheme, a
+/// userinfo "user@" in the authority, a '#' fragment) is 400 with the
+/// reason. `target` is visible ASCII (check_request_head checked it). Never
+/// throws (std::bad_alloc aside). Thread-safe.
+RequestTarget read_request_target(std::string_view method, std::string_view target);
 
 /// ASCII case-insensitive equality (field names, coding names).
 bool iequals(std::string_view a, std::string_view b) noexcept;

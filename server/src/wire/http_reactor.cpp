@@ -64,7 +64,8 @@ HttpReply http_error_reply(int status, std::string_view message) {
       static_cast<Poco::Net::HTTPResponse::HTTPStatus>(status));
   w.String(reason.data(), static_cast<rapidjson::SizeType>(reason.size()));
   w.Key("message");
-  w.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
+  const std::string text = valid_utf8_text(message);  // echoed client bytes stay valid JSON
+  w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
   w.EndObject();
   r.body.assign(buf.GetString(), buf.GetSize());
   return r;
@@ -367,8 +368,22 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
           c.in.append(buf, static_cast<std::size_t>(n));
           if (!parse(c)) return;  // c may be gone
           if (c.phase != Phase::reading) return;
+        } else if (c.phase == Phase::streaming && c.keep_alive) {
+          // A request pipelined behind the stream (RFC 9112 section 9.3.2)
+          // waits here, and is parsed when the stream ends (to_reading). A
+          // stream may last for hours, so little is kept: a head and 64 KiB.
+          // Beyond that, the connection closes after the stream (a client
+          // that pipelines retries what was not answered, section 9.3.2)
+          // instead of holding a body per stream.
+          const std::size_t room = limits.max_header_bytes + kReadChunk;
+          if (c.in.size() + static_cast<std::size_t>(n) <= room) {
+            c.in.append(buf, static_cast<std::size_t>(n));
+          } else {
+            c.keep_alive = false;
+            c.in.clear();
+          }
         }
-        // streaming / lingering: input is read and dropped.
+        // lingering (and a stream that closes after it): input is dropped.
         if (static_cast<std::size_t>(n) < sizeof buf) return;
         continue;
       }
@@ -381,6 +396,18 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       close_conn(c);
       return;
     }
+  }
+
+  // Refuses a head longer than max_header_bytes: 414 when its request line
+  // alone is longer than a target may be (RFC 9110 section 15.5.15), else
+  // 431.
+  void head_too_large(Conn &c) {
+    const std::size_t line = std::min(c.in.find("\r\n"), c.in.size());
+    if (line > kMaxRequestTarget)
+      fail(c, 414, "the request target is longer than " + std::to_string(kMaxRequestTarget) +
+                       " bytes, the limit (RFC 9110 section 15.5.15)");
+    else
+      fail(c, 431, "the request header is larger than " + std::to_string(limits.max_header_bytes) + " bytes");
   }
 
   // Advances the request parser over c.in. Returns false when `c` was
@@ -398,19 +425,16 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
       const std::size_t end = c.in.find("\r\n\r\n", from);
       if (end == std::string::npos) {
         c.scanned = c.in.size();
-        if (c.in.size() > limits.max_header_bytes) {
-          fail(c, 431, "the request header is larger than " + std::to_string(limits.max_header_bytes) + " bytes");
-          return true;
-        }
+        if (c.in.size() > limits.max_header_bytes) head_too_large(c);
         return true;
       }
       if (end + 4 > limits.max_header_bytes) {
-        fail(c, 431, "the request header is larger than " + std::to_string(limits.max_header_bytes) + " bytes");
+        head_too_large(c);
         return true;
       }
       // RFC 9112 first: Poco's reader is lenient where a proxy may not be.
       if (HeadVerdict v = check_request_head(std::string_view(c.in).substr(0, end + 4)); v.status != 0) {
-        fail(c, v.status, "malformed request header: " + v.why);
+        fail(c, v.status, v.status == 414 ? v.why : "malformed request header: " + v.why);
         return true;
       }
       auto req = std::make_unique<HttpRequest>();
@@ -421,6 +445,18 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
         fail(c, 400, "malformed request header: " + e.message());
         return true;
       }
+      // The target's form (RFC 9112 section 3.2): absolute-form is served
+      // as its path, with its authority as the Host.
+      RequestTarget target = read_request_target(req->head.getMethod(), req->head.getURI());
+      if (target.status != 0) {
+        fail(c, target.status, "malformed request target: " + target.why);
+        return true;
+      }
+      if (!target.authority.empty()) {
+        req->head.setURI(target.origin);
+        req->head.setHost(target.authority);
+      }
+      combine_list_field(req->head, "If-None-Match");
       c.in.erase(0, end + 4);
       c.scanned = 0;
       c.head_done = true;
@@ -474,6 +510,24 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     return true;
   }
 
+  // Header fields that take a single value (RFC 9110 section 5.3): given
+  // twice, the request is refused (see framing()).
+  static constexpr const char *kSingletonFields[] = {"Host", "Content-Type", "Authorization", "A2A-Version",
+                                                     "Last-Event-ID", "Origin"};
+
+  // Joins the values of a list-based field given more than once into one,
+  // in order, comma-separated (RFC 9110 section 5.3), so that a reader of
+  // the field (get(): the first) sees every member.
+  static void combine_list_field(Poco::Net::HTTPRequest &h, const std::string &name) {
+    std::string all;
+    int n = 0;
+    for (auto it = h.find(name); it != h.end() && iequals(it->first, name); ++it, ++n)
+      all += (n == 0 ? "" : ", ") + it->second;
+    if (n < 2) return;
+    h.erase(name);
+    h.set(name, all);
+  }
+
   // Reads the body framing of `req` into `c`; returns 0 or the status to
   // refuse it with (and `why`).
   int framing(const HttpRequest &req, Conn &c, std::string &why) {
@@ -481,13 +535,19 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     c.body_mode = Conn::Body::none;
     c.body_left = 0;
     c.chunks = ChunkDecoder();
-    // RFC 9112 section 3.2: more than one Host field is answered 400 (two
-    // hosts let a proxy and this server disagree about the target).
-    int hosts = 0;
-    for (auto it = h.find("Host"); it != h.end() && iequals(it->first, "Host"); ++it) ++hosts;
-    if (hosts > 1) {
-      why = "the request has " + std::to_string(hosts) + " Host header fields (at most one is allowed)";
-      return 400;
+    // A field that takes one value, given twice, is answered 400: which
+    // one counts would depend on the reader (RFC 9110 section 5.3: only a
+    // list-based field may be combined). RFC 9112 section 3.2 says so of
+    // Host (two hosts let a proxy and this server disagree about the
+    // target).
+    for (const char *name : kSingletonFields) {
+      int n = 0;
+      for (auto it = h.find(name); it != h.end() && iequals(it->first, name); ++it) ++n;
+      if (n > 1) {
+        why = "the request has " + std::to_string(n) + " " + name + " header fields (at most one is allowed: " +
+              "RFC 9110 section 5.3)";
+        return 400;
+      }
     }
     std::vector<std::string> te;
     for (auto it = h.find("Transfer-Encoding"); it != h.end() && iequals(it->first, "Transfer-Encoding"); ++it)
@@ -506,7 +566,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     for (auto it = h.find("Content-Length"); it != h.end() && iequals(it->first, "Content-Length"); ++it) {
       const std::string_view v = trim(it->second);
       if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos) {
-        why = "Content-Length '" + std::string(v.substr(0, 40)) + "' is not a non-negative decimal number";
+        why = "Content-Length " + in_quotes(v.substr(0, 40)) + " is not a non-negative decimal number";
         return 400;
       }
       const uint64_t n = std::stoull(std::string(v));

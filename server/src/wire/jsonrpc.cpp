@@ -2,6 +2,7 @@
 #include "wire/jsonrpc.hpp"
 
 #include "toolnexus/task.hpp"
+#include "common/util.hpp"
 
 #include <rapidjson/error/en.h>
 #include <rapidjson/memorystream.h>
@@ -349,7 +350,8 @@ void ResponseWriter::error(RpcId id, int code, std::string_view message, std::st
   writer_.Key("code");
   writer_.Int(code);
   writer_.Key("message");
-  writer_.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
+  const std::string text = valid_utf8_text(message);  // echoed client bytes stay valid JSON
+  writer_.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
   const bool more = metadata != nullptr && !metadata->empty();
   if (dialect == Dialect::v1_0) {
     writer_.Key("data");

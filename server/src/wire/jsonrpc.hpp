@@ -64,13 +64,18 @@ void write_error_details(JsonWriter &w, int code, std::string_view field, const 
 class RpcError : public std::runtime_error {
  public:
   RpcError(int code, const std::string &message, std::string field = {}, ErrorMetadata metadata = {})
-      : std::runtime_error(message), code_(code), field_(std::move(field)), metadata_(std::move(metadata)) {}
+      : std::runtime_error(message), code_(code), message_(message), field_(std::move(field)),
+        metadata_(std::move(metadata)) {}
   int code() const noexcept { return code_; }
+  /// The whole message: what() is a C string, cut at a NUL that an echoed
+  /// client text may hold; this is not.
+  const std::string &message() const noexcept { return message_; }
   const std::string &field() const noexcept { return field_; }
   const ErrorMetadata &metadata() const noexcept { return metadata_; }
 
  private:
   int code_;
+  std::string message_;
   std::string field_;
   ErrorMetadata metadata_;
 };
