@@ -20,6 +20,16 @@ HttpResponse send(int port, const std::string &line, const std::string &head, co
   return c.read_response(5000ms);
 }
 
+// What serve(o) throws std::invalid_argument with ("" when it starts).
+std::string start_error(const toolnexus::ServerOptions &o) {
+  try {
+    toolnexus::serve(o);
+  } catch (const std::invalid_argument &e) {
+    return e.what();
+  }
+  return {};
+}
+
 std::string cancel_body(const std::string &id) {
   return R"({"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":)" + q(id) + "}}";
 }
@@ -139,4 +149,36 @@ TEST_CASE("cross-site requests: a foreign Origin is refused 403; this server's o
     CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://console.example.com\r\n").status == 200);
     CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\n").status == 403);
   }
+}
+
+TEST_CASE("malformed a2a.allowed_hosts / a2a.allowed_origins entries are refused at start, naming key, entry and fault") {
+  const std::vector<std::pair<std::string, std::string>> hosts = {
+      {"", "empty"}, {"https://x.example", "not a URL"}, {"x.example/", "no path"}, {"x.example:99999", "1..65535"},
+      {"x.example:", "without a port"}, {"*.example", "wildcards"}, {"x y", "cannot be part of a host name"},
+      {"2001:db8::1", "brackets"}, {"[zz]", "IPv6"}};
+  for (const auto &[entry, why] : hosts) {
+    CAPTURE(entry);
+    auto o = test_options();
+    o.card.allowed_hosts = {"ok.example", entry};
+    const std::string message = start_error(o);
+    CHECK(message.find("a2a.allowed_hosts (--allowed-host) entry '" + entry + "': ") != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
+  }
+  const std::vector<std::pair<std::string, std::string>> origins = {
+      {"", "empty"}, {"https://x.example/", "write https://x.example"}, {"x.example", "scheme://host"},
+      {"ftp://x.example", "http or https"}, {"https://x.example:0", "1..65535"}, {"https://*.example", "wildcards"},
+      {"null", "sandboxed"}, {"https://u@x.example", "user name"}, {"https://x.example/app?q", "no path"}};
+  for (const auto &[entry, why] : origins) {
+    CAPTURE(entry);
+    auto o = test_options();
+    o.card.allowed_origins = {entry};
+    const std::string message = start_error(o);
+    CHECK(message.find("a2a.allowed_origins (--allowed-origin) entry '" + entry + "': ") != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
+  }
+  // The accepted forms.
+  auto o = test_options();
+  o.card.allowed_hosts = {"*", "agents.example.com", "Agents.Example.com:8443", "10.0.0.7", "[2001:db8::1]:443"};
+  o.card.allowed_origins = {"*", "https://console.example.com", "http://127.0.0.1:3000", "https://[2001:db8::1]"};
+  CHECK_NOTHROW(toolnexus::serve(o));
 }
