@@ -56,12 +56,15 @@ options (flags override the config file):
                            local address the request arrived on)
   --allowed-host HOST      a host name (or HOST:PORT) the card's url may take
                            from the Host header and API requests may name
-                           (repeatable; "*": any Host is served)
-  --allowed-origin ORIGIN  a web origin (https://console.example.com) whose
-                           pages may call the API (repeatable; "*": any)
+                           (repeatable; "*": any Host is served): a DNS name,
+                           an IPv4 address or [IPV6], port 1..65535
+  --allowed-origin ORIGIN  a web origin whose pages may call the API through
+                           CORS: http(s)://HOST[:PORT], no path, not even "/"
+                           (https://console.example.com; repeatable; "*": any)
   --trust-forwarded        a reverse proxy in front sets Forwarded /
                            X-Forwarded-Proto / X-Forwarded-Host: the card's
-                           url follows them (off: they are ignored)
+                           url and this server's own origin follow them
+                           (off: they are ignored)
   --card-max-age SECONDS   how long clients may cache the card (Cache-Control
                            max-age; default 300; it also has an ETag)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on

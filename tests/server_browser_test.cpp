@@ -20,6 +20,16 @@ HttpResponse send(int port, const std::string &line, const std::string &head, co
   return c.read_response(5000ms);
 }
 
+// What serve(o) throws std::invalid_argument with ("" when it starts).
+std::string start_error(const toolnexus::ServerOptions &o) {
+  try {
+    toolnexus::serve(o);
+  } catch (const std::invalid_argument &e) {
+    return e.what();
+  }
+  return {};
+}
+
 std::string cancel_body(const std::string &id) {
   return R"({"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":)" + q(id) + "}}";
 }
@@ -139,4 +149,109 @@ TEST_CASE("cross-site requests: a foreign Origin is refused 403; this server's o
     CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://console.example.com\r\n").status == 200);
     CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\n").status == 403);
   }
+}
+
+TEST_CASE("same origin is scheme, host and port (RFC 6454): default ports are the same, another scheme is not") {
+  auto o = test_options();
+  SUBCASE("this server's own origin") {
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string host = "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+    // This server speaks plain HTTP: an https page on its host and port is another origin.
+    CHECK(send(port, "GET /tasks", host + "Origin: https://127.0.0.1:" + std::to_string(port) + "\r\n").status == 403);
+    CHECK(send(port, "GET /tasks", host + "Origin: HTTP://127.0.0.1:" + std::to_string(port) + "\r\n").status == 200);
+    // Host without a port is port 80, as is an http origin without one.
+    CHECK(send(port, "GET /tasks", "Host: localhost\r\nOrigin: http://localhost:80\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: localhost:80\r\nOrigin: http://localhost\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: localhost\r\nOrigin: https://localhost\r\n").status == 403);
+    CHECK(send(port, "GET /tasks", "Host: localhost\r\nOrigin: http://localhost:8080\r\n").status == 403);
+  }
+  SUBCASE("allowed_origins entries, default ports written or not") {
+    o.card.allowed_origins = {"https://console.example.com:443", "http://tools.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://console.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: http://tools.example.com:80\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: http://console.example.com\r\n").status == 403);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://tools.example.com\r\n").status == 403);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://console.example.com:8443\r\n").status == 403);
+  }
+  SUBCASE("behind a trusted proxy: the forwarded scheme and host are this server's origin") {
+    o.card.trust_forwarded = true;
+    o.card.allowed_hosts = {"agents.example.com"};
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    const std::string upstream = "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+    CHECK(send(port, "GET /tasks", upstream + "Forwarded: proto=https;host=agents.example.com\r\n"
+                                              "Origin: https://agents.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", upstream + "X-Forwarded-Proto: https\r\nX-Forwarded-Host: agents.example.com\r\n"
+                                              "Origin: https://agents.example.com\r\n").status == 200);
+    // The proxy passes the public Host on and says the scheme.
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com\r\nX-Forwarded-Proto: https\r\n"
+                                   "Origin: https://agents.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: agents.example.com\r\nX-Forwarded-Proto: https\r\n"
+                                   "Origin: http://agents.example.com\r\n").status == 403);
+    // A forwarded host that is not allowed is not this server's name.
+    CHECK(send(port, "GET /tasks", upstream + "Forwarded: proto=https;host=evil.example\r\n"
+                                              "Origin: https://evil.example\r\n").status == 403);
+  }
+  SUBCASE("public_url's origin") {
+    o.card.public_url = "https://agents.example.com/a2a/";
+    auto server = toolnexus::serve(o);
+    const int port = port_of(server.url());
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: https://agents.example.com\r\n").status == 200);
+    CHECK(send(port, "GET /tasks", "Host: 127.0.0.1\r\nOrigin: http://agents.example.com\r\n").status == 403);
+  }
+}
+
+TEST_CASE("a Host that is not a valid host[:port] is refused 400, on the API and the card alike") {
+  auto server = toolnexus::serve(test_options());
+  const int port = port_of(server.url());
+  for (const std::string &host : {std::string(""), std::string("127.0.0.1:"), std::string("127.0.0.1:99999"),
+                                  std::string("a b"), std::string("[::1"), std::string("[nope]:80"),
+                                  std::string("::1"), std::string("127.0.0.1:80:80"), std::string("h/x"),
+                                  std::string("user@127.0.0.1")}) {
+    CAPTURE(host);
+    HttpResponse api = send(port, "GET /tasks", "Host: " + host + "\r\n");
+    CHECK(api.status == 400);
+    CHECK(api.body.find("Host") != std::string::npos);
+    CHECK(send(port, "POST /", "Host: " + host + "\r\nContent-Type: application/json\r\n",
+               R"({"jsonrpc":"2.0","id":1,"method":"ListTasks"})").status == 400);
+    CHECK(send(port, "GET /.well-known/agent-card.json", "Host: " + host + "\r\n").status == 400);
+  }
+  // Any valid Host still gets the card; the API only one naming this server.
+  CHECK(send(port, "GET /.well-known/agent-card.json", "Host: anything.example:8080\r\n").status == 200);
+  CHECK(send(port, "GET /tasks", "Host: [::1]\r\n").status == 200);
+}
+
+TEST_CASE("malformed a2a.allowed_hosts / a2a.allowed_origins entries are refused at start, naming key, entry and fault") {
+  const std::vector<std::pair<std::string, std::string>> hosts = {
+      {"", "empty"}, {"https://x.example", "not a URL"}, {"x.example/", "no path"}, {"x.example:99999", "1..65535"},
+      {"x.example:", "without a port"}, {"*.example", "wildcards"}, {"x y", "cannot be part of a host name"},
+      {"2001:db8::1", "brackets"}, {"[zz]", "IPv6"}};
+  for (const auto &[entry, why] : hosts) {
+    CAPTURE(entry);
+    auto o = test_options();
+    o.card.allowed_hosts = {"ok.example", entry};
+    const std::string message = start_error(o);
+    CHECK(message.find("a2a.allowed_hosts (--allowed-host) entry '" + entry + "': ") != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
+  }
+  const std::vector<std::pair<std::string, std::string>> origins = {
+      {"", "empty"}, {"https://x.example/", "write https://x.example"}, {"x.example", "scheme://host"},
+      {"ftp://x.example", "http or https"}, {"https://x.example:0", "1..65535"}, {"https://*.example", "wildcards"},
+      {"null", "sandboxed"}, {"https://u@x.example", "user name"}, {"https://x.example/app?q", "no path"}};
+  for (const auto &[entry, why] : origins) {
+    CAPTURE(entry);
+    auto o = test_options();
+    o.card.allowed_origins = {entry};
+    const std::string message = start_error(o);
+    CHECK(message.find("a2a.allowed_origins (--allowed-origin) entry '" + entry + "': ") != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
+  }
+  // The accepted forms.
+  auto o = test_options();
+  o.card.allowed_hosts = {"*", "agents.example.com", "Agents.Example.com:8443", "10.0.0.7", "[2001:db8::1]:443"};
+  o.card.allowed_origins = {"*", "https://console.example.com", "http://127.0.0.1:3000", "https://[2001:db8::1]"};
+  CHECK_NOTHROW(toolnexus::serve(o));
 }

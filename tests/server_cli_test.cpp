@@ -187,7 +187,7 @@ TEST_CASE("toolnexus serve: the Task size limits and the card's url options, fro
     CHECK(std::string(parse(card.body)["url"].GetString()) == "https://agents.example.com/");
     CHECK(card.header("cache-control") == "public, max-age=42");
     // The url follows these headers: a shared cache must key on them too.
-    CHECK(card.header("vary") == "Forwarded, X-Forwarded-Proto, X-Forwarded-Host");
+    CHECK(card.header("vary") == "Forwarded, X-Forwarded-Proto, X-Forwarded-Host, Origin");
   }
   {
     Child child({"serve", "--listen", "127.0.0.1:0", "--agent", "approval", "--max-message-parts", "1",
@@ -278,6 +278,21 @@ TEST_CASE("toolnexus serve refuses what it cannot run, with a clear message and 
       CHECK(WEXITSTATUS(child.wait_exit()) == 1);
       CHECK(child.err_buf.find("nohost") != std::string::npos);
     }
+  }
+  SUBCASE("a malformed allowed origin or host, from a flag or the config file") {
+    {
+      Child child({"serve", "--listen", "127.0.0.1:0", "--allowed-origin", "https://x.example/"});
+      CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+      CHECK(child.err_buf.find("a2a.allowed_origins (--allowed-origin) entry 'https://x.example/': an origin has no "
+                               "path") != std::string::npos);
+    }
+    TempDir dir;
+    { std::ofstream f(dir.path / "c.json"); f << R"({"a2a":{"allowed_hosts":["x.example:99999"]}})"; }
+    Child child({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "c.json").string()});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+    CHECK(child.err_buf.find("a2a.allowed_hosts (--allowed-host) entry 'x.example:99999': the port 99999 is not in "
+                             "1..65535") != std::string::npos);
+    CHECK(child.out_buf.empty());
   }
   SUBCASE("--help") {
     Child child({"serve", "--help"});

@@ -317,12 +317,12 @@ TEST_CASE("HTTP+JSON: send, get, cancel, list with filters and pages, and errors
   CHECK(std::string(parse(approved.body)["task"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
   CHECK(std::string(parse(approved.body)["task"]["id"].GetString()) == id);
 
-  // Canceling a completed Task: 409 ABORTED (the code.proto name of 409), TASK_NOT_CANCELABLE.
+  // Canceling a completed Task: 409 FAILED_PRECONDITION (A2A v1.0 section 5.4), TASK_NOT_CANCELABLE.
   auto nc = request(conn, "POST", "/tasks/" + id + ":cancel");
   CHECK(nc.status == 409);
   auto e = rest_error(nc);
   CHECK(e.code == 409);
-  CHECK(e.status == "ABORTED");
+  CHECK(e.status == "FAILED_PRECONDITION");
   CHECK(e.reason == "TASK_NOT_CANCELABLE");
 
   // Three more in one context; list by status with pages of 2.

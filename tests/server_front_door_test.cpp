@@ -316,10 +316,10 @@ TEST_CASE("every HTTP+JSON error: status is the google.rpc.Code of its HTTP stat
   const std::string send = "POST /message:send HTTP/1.1";
   const std::vector<Case> cases = {
       {raw("GET /tasks/no-such-task HTTP/1.1"), 404, "NOT_FOUND", "TASK_NOT_FOUND"},
-      {raw("POST /tasks/" + done + ":cancel HTTP/1.1"), 409, "ABORTED", "TASK_NOT_CANCELABLE"},
-      {raw("GET /tasks/" + done + ":subscribe HTTP/1.1"), 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"},
+      {raw("POST /tasks/" + done + ":cancel HTTP/1.1"), 409, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"},
+      {raw("GET /tasks/" + done + ":subscribe HTTP/1.1"), 400, "UNIMPLEMENTED", "UNSUPPORTED_OPERATION"},
       {raw("GET /tasks/" + done + "/pushNotificationConfigs/nope HTTP/1.1"), 404, "NOT_FOUND", "TASK_NOT_FOUND"},
-      {raw("GET /tasks/x/pushNotificationConfigs HTTP/1.1"), 400, "FAILED_PRECONDITION",
+      {raw("GET /tasks/x/pushNotificationConfigs HTTP/1.1"), 400, "UNIMPLEMENTED",
        "PUSH_NOTIFICATION_NOT_SUPPORTED", &no_push},
       {raw("GET /extendedAgentCard HTTP/1.1"), 400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"},
       {raw("GET /tasks HTTP/1.1", "A2A-Version: 9.9\r\n"), 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"},

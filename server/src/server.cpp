@@ -5,6 +5,7 @@
 #include "service/a2a_methods.hpp"
 #include "wire/agent_card.hpp"
 #include "wire/auth.hpp"
+#include "wire/web_origin.hpp"
 #include "bindings/http.hpp"
 #include "common/log.hpp"
 #include "delivery/push.hpp"
@@ -163,6 +164,14 @@ ServerHandle serve(ServerOptions o) {
     throw std::invalid_argument("lease.renew_interval_ms (" + std::to_string(o.lease.renew_interval_ms) +
                                 ") must be at most half of lease.lease_ms (" + std::to_string(o.lease.lease_ms) +
                                 ") so that a live server's Tasks never look abandoned");
+
+  // Entries that could never match are refused, not kept silently.
+  for (const std::string &h : o.card.allowed_hosts)
+    if (const std::string why = allowed_host_problem(h); !why.empty())
+      throw std::invalid_argument("a2a.allowed_hosts (--allowed-host) entry " + in_quotes(h) + ": " + why);
+  for (const std::string &origin : o.card.allowed_origins)
+    if (const std::string why = allowed_origin_problem(origin); !why.empty())
+      throw std::invalid_argument("a2a.allowed_origins (--allowed-origin) entry " + in_quotes(origin) + ": " + why);
 
   std::string host;
   uint16_t port = 0;

@@ -102,14 +102,24 @@ struct AgentCardOptions {
   /// connection, a loopback name) and public_url's host: any other is
   /// refused 421, so that a web page on a rebound DNS name cannot read or
   /// change Tasks. "*" turns that check off (the card still takes only the
-  /// names above).
+  /// names above). A name is a DNS name (letters, digits, '-', '.', '_'),
+  /// an IPv4 address or a bracketed IPv6 address, a port 1..65535: serve()
+  /// throws std::invalid_argument naming any other entry (a URL, a path,
+  /// "*.example", "").
   std::vector<std::string> allowed_hosts;
   /// Origins (RFC 6454: "https://console.example.com", scheme://host[:port])
   /// whose web pages may call the API from a browser, besides this server's
   /// own origin; "*" allows any. A request with an Origin header that is
   /// neither is refused 403 (a page on another site could otherwise cancel
   /// Tasks blind: with authentication off nothing else stops a browser's
-  /// simple cross-site POST). Compared without case.
+  /// simple cross-site POST). Origins compare by scheme, host and port
+  /// (RFC 6454 section 5; "https://h" is "https://h:443"); this server's own
+  /// origin is http and the Host, or with trust_forwarded the forwarded
+  /// scheme and host, or public_url's. Answers to an allowed origin carry
+  /// the CORS fields (Fetch standard; Access-Control-Allow-Origin echoes
+  /// the origin) and OPTIONS preflights are answered 204. An entry is "*"
+  /// or "http(s)://host[:port]" without a path: serve() throws
+  /// std::invalid_argument naming any other.
   std::vector<std::string> allowed_origins;
   /// Seconds a client or cache may keep the card without asking again: the
   /// card is served with "Cache-Control: public, max-age=N" and a strong

@@ -3,6 +3,7 @@
 #include "bindings/http.hpp"
 
 #include "wire/http_reactor.hpp"
+#include "wire/web_origin.hpp"
 #include "bindings/rest.hpp"
 #include "common/util.hpp"
 
@@ -119,6 +120,62 @@ void describe_local(const Poco::Net::SocketAddress &local, CardRequest &how) {
   how.local = (v6 ? "[" + how.local_addr + "]" : how.local_addr) + ":" + std::to_string(how.local_port);
 }
 
+// CORS (Fetch standard, "CORS protocol"): what a page of an allowed origin
+// may send (the request fields this server and A2A clients use, beyond the
+// CORS-safelisted ones: application/json is not a safelisted Content-Type),
+// the response fields it may read (beyond the safelisted Cache-Control,
+// Content-Type, ...), and how long a browser may keep a preflight's answer.
+constexpr const char *kCorsAllowHeaders =
+    "Content-Type, Authorization, A2A-Version, A2A-Extensions, X-A2A-Extensions, Last-Event-ID";
+constexpr const char *kCorsExposeHeaders = "ETag, WWW-Authenticate, Retry-After, Allow";
+constexpr int kCorsMaxAgeS = 600;
+
+// A Responder that adds `headers` to every answer sent through it (a Vary
+// is merged into one the answer already has). Used for the CORS fields.
+class HeaderAddingResponder final : public Responder {
+ public:
+  explicit HeaderAddingResponder(Responder &inner) : inner_(inner) {}
+
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  void reply(HttpReply reply) override {
+    add_to(reply.headers);
+    inner_.reply(std::move(reply));
+  }
+  std::shared_ptr<SseStream> start_stream(std::vector<std::pair<std::string, std::string>> h,
+                                          std::string label) override {
+    add_to(h);
+    return inner_.start_stream(std::move(h), std::move(label));
+  }
+  bool answered() const noexcept override { return inner_.answered(); }
+
+ private:
+  void add_to(std::vector<std::pair<std::string, std::string>> &into) const {
+    for (const auto &[name, value] : headers) {
+      auto vary = std::find_if(into.begin(), into.end(), [](const auto &h) { return h.first == "Vary"; });
+      if (name == "Vary" && vary != into.end())
+        vary->second += ", " + value;
+      else
+        into.emplace_back(name, value);
+    }
+  }
+
+  Responder &inner_;
+};
+
+// How the request reached this server: its Host and forwarded fields (views
+// into `req`) and the local side of its connection.
+CardRequest request_view(const HttpRequest &req) {
+  const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
+  CardRequest how;
+  how.host = req.head.get("Host", empty);
+  how.forwarded = req.head.get("Forwarded", empty);
+  how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
+  how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
+  describe_local(req.local, how);
+  return how;
+}
+
 class Router {
  public:
   Router(const HttpServices &s, const std::string &fallback) : s_(s), fallback_(fallback) {}
@@ -132,24 +189,43 @@ class Router {
     const std::string &m = req.head.getMethod();
     const std::string_view path = req.path;
     const bool card_path = path == "/.well-known/agent-card.json" || path == "/.well-known/agent.json";
-    if (!card_path && (status = cross_site_refusal(req, out)) != 0) {
+    const CardRequest how = request_view(req);
+    const std::string &origin = req.head.get("Origin", Poco::Net::HTTPMessage::EMPTY);
+    const bool origin_ok = origin_allowed(s_.card->options, origin, how);
+    // Every answer depends on Origin (CORS fields, 403): caches must key on it.
+    HeaderAddingResponder reply_to(out);
+    reply_to.headers.emplace_back("Vary", "Origin");
+    if (!origin.empty() && origin_ok) {
+      // The origin echoed, never "*": the page may send Authorization.
+      reply_to.headers.emplace_back("Access-Control-Allow-Origin", origin);
+      reply_to.headers.emplace_back("Access-Control-Expose-Headers", kCorsExposeHeaders);
+    }
+    if (req.head.has("Host") && !valid_host_field(how.host)) {
+      reply_to.reply(http_error_reply(
+          400, how.host.empty() ? std::string("the Host header is empty: it must name this server (host[:port])")
+                                : "Host " + in_quotes(std::string(how.host)) +
+                                      " is not a valid host[:port] (RFC 9110 section 7.2)"));
+      status = 400;
+    } else if (m == Poco::Net::HTTPRequest::HTTP_OPTIONS) {
+      status = options(req, reply_to, how, origin_ok, card_path);
+    } else if (!card_path && (status = cross_site_refusal(how, origin, origin_ok, reply_to)) != 0) {
       // refused: a rebound DNS name or another site's page
     } else if (path == "/") {
-      status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, out, b, principal)
-                                                      : method_not_allowed(req, out, "POST");
+      status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, reply_to, b, principal)
+                                                      : method_not_allowed(req, reply_to, "POST");
     } else if (card_path) {
       status = m == Poco::Net::HTTPRequest::HTTP_GET || m == Poco::Net::HTTPRequest::HTTP_HEAD
-                   ? card(req, out)
-                   : method_not_allowed(req, out, "GET, HEAD");
+                   ? card(req, how, reply_to)
+                   : method_not_allowed(req, reply_to, "GET, HEAD");
     } else {
       RestRoute route;
       std::string allow;
       switch (match_rest_route(m, path, route, allow)) {
-        case RestMatch::matched: status = rest(req, out, b, principal, route); break;
-        case RestMatch::method_not_allowed: status = method_not_allowed(req, out, allow); break;
-        case RestMatch::not_found: status = not_found(out); break;
+        case RestMatch::matched: status = rest(req, reply_to, b, principal, route); break;
+        case RestMatch::method_not_allowed: status = method_not_allowed(req, reply_to, allow); break;
+        case RestMatch::not_found: status = not_found(reply_to); break;
         case RestMatch::bad_request:
-          out.reply(http_error_reply(400, route.error));
+          reply_to.reply(http_error_reply(400, route.error));
           status = 400;
           break;
       }
@@ -190,31 +266,60 @@ class Router {
 
   // DNS rebinding and cross-site requests (docs/configuration.md, "Web
   // pages and other sites"): an API request's Host must name this server and
-  // a browser's Origin must be this server's or an allowed one. Returns 0,
-  // or the status it answered with (421, 403).
-  int cross_site_refusal(HttpRequest &req, Responder &out) {
-    const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
-    const AgentCardOptions &o = s_.card->options;
-    CardRequest how;
-    how.host = req.head.get("Host", empty);
-    if (!how.host.empty()) {
-      describe_local(req.local, how);
-      if (!host_names_this_server(o, how)) {
-        out.reply(http_error_reply(
-            421, "Host " + in_quotes(how.host) +
-                     " does not name this server: add it to a2a.allowed_hosts (--allowed-host), or \"*\" to "
-                     "accept any Host (refused so that a web page on a rebound DNS name cannot reach the API)"));
-        return 421;
-      }
+  // a browser's Origin must be this server's or an allowed one (`origin_ok`,
+  // by origin_allowed). Returns 0, or the status it answered with (421, 403).
+  int cross_site_refusal(const CardRequest &how, const std::string &origin, bool origin_ok, Responder &out) {
+    if (!how.host.empty() && !host_names_this_server(s_.card->options, how)) {
+      out.reply(http_error_reply(
+          421, "Host " + in_quotes(std::string(how.host)) +
+                   " does not name this server: add it to a2a.allowed_hosts (--allowed-host), or \"*\" to "
+                   "accept any Host (refused so that a web page on a rebound DNS name cannot reach the API)"));
+      return 421;
     }
-    const std::string &origin = req.head.get("Origin", empty);
-    if (!origin_allowed(o, origin, how.host)) {
+    if (!origin_ok) {
       out.reply(http_error_reply(403, "cross-site request from Origin " + in_quotes(origin) +
                                           " refused: add it to a2a.allowed_origins (--allowed-origin) to let "
                                           "that site's pages call this API"));
       return 403;
     }
     return 0;
+  }
+
+  // OPTIONS: the methods a path takes (Allow), and for a CORS preflight
+  // (Fetch standard: Origin and Access-Control-Request-Method) what a page
+  // of an allowed origin may send; 204. A preflight from an origin not
+  // allowed is refused like the request it announces (403), as is a Host
+  // that does not name this server (421). Never authenticated: a browser
+  // sends no Authorization with a preflight.
+  int options(HttpRequest &req, Responder &out, const CardRequest &how, bool origin_ok, bool card_path) {
+    const std::string &origin = req.head.get("Origin", Poco::Net::HTTPMessage::EMPTY);
+    if (!card_path)
+      if (const int refused = cross_site_refusal(how, origin, origin_ok, out); refused != 0) return refused;
+    std::string allow;
+    if (req.path == "/") {
+      allow = "POST";
+    } else if (card_path) {
+      allow = "GET, HEAD";
+    } else {
+      RestRoute route;
+      switch (match_rest_route(Poco::Net::HTTPRequest::HTTP_OPTIONS, req.path, route, allow)) {
+        case RestMatch::method_not_allowed: break;
+        case RestMatch::bad_request: out.reply(http_error_reply(400, route.error)); return 400;
+        case RestMatch::matched:
+        case RestMatch::not_found: return not_found(out);
+      }
+    }
+    HttpReply r;
+    r.status = 204;
+    r.content_type.clear();
+    r.headers.emplace_back("Allow", allow + ", OPTIONS");
+    if (!origin.empty() && req.head.has("Access-Control-Request-Method")) {
+      r.headers.emplace_back("Access-Control-Allow-Methods", allow);
+      r.headers.emplace_back("Access-Control-Allow-Headers", kCorsAllowHeaders);
+      r.headers.emplace_back("Access-Control-Max-Age", std::to_string(kCorsMaxAgeS));
+    }
+    out.reply(std::move(r));
+    return 204;
   }
 
   // Bearer authentication; on failure the 401 is sent and false returned.
@@ -275,14 +380,8 @@ class Router {
     return status;  // handle() frees a large answer's buffers (and trims after it)
   }
 
-  int card(HttpRequest &req, Responder &out) {
+  int card(HttpRequest &req, const CardRequest &how, Responder &out) {
     const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
-    CardRequest how;
-    how.host = req.head.get("Host", empty);
-    how.forwarded = req.head.get("Forwarded", empty);
-    how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
-    how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
-    describe_local(req.local, how);
     const AgentCardOptions &o = s_.card->options;
     HttpReply r = json_reply(200, agent_card_json(*s_.card, card_url(o, how, fallback_)));
     r.head_only = req.head.getMethod() == Poco::Net::HTTPRequest::HTTP_HEAD;

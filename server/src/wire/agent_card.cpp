@@ -1,6 +1,8 @@
 // The Agent Card.
 #include "wire/agent_card.hpp"
 
+#include "wire/web_origin.hpp"
+
 #include <Poco/DigestEngine.h>
 #include <Poco/SHA2Engine.h>
 
@@ -177,30 +179,57 @@ bool host_names_this_server(const AgentCardOptions &options, const CardRequest &
   return is_allowed_host(h, {entry}, default_port);
 }
 
-bool origin_allowed(const AgentCardOptions &options, std::string_view origin, std::string_view host) {
+namespace {
+
+// What a trusted proxy says of the request (card_url's step 2): the scheme
+// ("https" when proto= / X-Forwarded-Proto says so, else "http") and the
+// host, "" when it names none acceptable. Only with options.trust_forwarded.
+std::string_view forwarded_host(const AgentCardOptions &options, const CardRequest &request, std::string &scheme) {
+  scheme = "http";
+  if (!options.trust_forwarded) return {};
+  std::string_view proto = forwarded_param(request.forwarded, "proto");
+  if (proto.empty()) proto = first_of(request.x_forwarded_proto);
+  if (same_text(proto, "https")) scheme = "https";
+  std::string_view h = forwarded_param(request.forwarded, "host");
+  if (!valid_host(h)) h = first_of(request.x_forwarded_host);
+  std::string_view name, port;
+  if (valid_host(h) && split_host(h, name, port) &&
+      (options.allowed_hosts.empty() || is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80)))
+    return h;
+  return {};
+}
+
+}  // namespace
+
+bool origin_allowed(const AgentCardOptions &options, std::string_view origin, const CardRequest &request) {
   origin = trim(origin);
   if (origin.empty()) return true;
   for (const std::string &o : options.allowed_origins)
-    if (o == "*" || same_text(o, origin)) return true;
+    if (o == "*") return true;
   if (origin == "null") return false;
-  const std::string_view authority = authority_of(origin);
-  return !authority.empty() && same_text(authority, trim(host));
+  WebOrigin asked;
+  if (!parse_web_origin(origin, asked).empty()) return false;
+  for (const std::string &o : options.allowed_origins) {
+    WebOrigin entry;
+    if (parse_web_origin(o, entry).empty() && entry == asked) return true;
+  }
+  // This server's own origin: as the request reached it (through a trusted
+  // proxy: its scheme and host), or public_url's.
+  std::string scheme;
+  std::string_view host = forwarded_host(options, request, scheme);
+  if (host.empty()) host = request.host;
+  WebOrigin own;
+  if (origin_of_host(scheme, host, own) && own == asked) return true;
+  const std::string_view pub = authority_of(options.public_url);
+  const std::string pub_scheme = options.public_url.compare(0, 8, "https://") == 0 ? "https" : "http";
+  return !pub.empty() && origin_of_host(pub_scheme, pub, own) && own == asked;
 }
 
 std::string card_url(const AgentCardOptions &options, const CardRequest &request, std::string_view fallback) {
   if (!options.public_url.empty()) return options.public_url;
-  std::string scheme = "http";
-  if (options.trust_forwarded) {
-    std::string_view proto = forwarded_param(request.forwarded, "proto");
-    if (proto.empty()) proto = first_of(request.x_forwarded_proto);
-    if (same_text(proto, "https")) scheme = "https";
-    std::string_view h = forwarded_param(request.forwarded, "host");
-    if (!valid_host(h)) h = first_of(request.x_forwarded_host);
-    std::string_view name, port;
-    if (valid_host(h) && split_host(h, name, port) &&
-        (options.allowed_hosts.empty() || is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80)))
-      return scheme + "://" + std::string(h) + "/";
-  }
+  std::string scheme;
+  if (const std::string_view h = forwarded_host(options, request, scheme); !h.empty())
+    return scheme + "://" + std::string(h) + "/";
   const std::string_view h = trim(request.host);
   std::string_view name, port;
   if (valid_host(h) && split_host(h, name, port)) {

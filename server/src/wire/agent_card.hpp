@@ -98,12 +98,16 @@ bool if_none_match(std::string_view field, std::string_view etag);
 bool host_names_this_server(const AgentCardOptions &options, const CardRequest &request);
 
 /// Whether a request with Origin `origin` (RFC 6454 serialization; "" =
-/// none) may call the API: no Origin (not a browser, or a same-origin GET),
-/// an origin whose host[:port] is the request's Host (same origin; the
-/// scheme is not compared, a TLS proxy may be in front), or an entry of
-/// options.allowed_origins ("*" = any), compared without case. "null" (a
-/// sandboxed page, a file) is allowed only through "*".
-bool origin_allowed(const AgentCardOptions &options, std::string_view origin, std::string_view host);
+/// none) may call the API: no Origin (not a browser, or a same-origin GET);
+/// an entry of options.allowed_origins ("*" = any, "null" included), the
+/// same origin as the Origin (RFC 6454 section 5: scheme, host and port,
+/// an absent port being the scheme's default; see parse_web_origin); or
+/// this server's own origin as the request reached it: the scheme and host
+/// a trusted proxy gives (options.trust_forwarded, the rule of card_url's
+/// step 2; else http and the Host header), or public_url's scheme, host and
+/// port. "null" (a sandboxed page, a file) is allowed only through "*"; an
+/// Origin that is not an http(s) origin never matches an entry.
+bool origin_allowed(const AgentCardOptions &options, std::string_view origin, const CardRequest &request);
 
 /// Whether `host` ("name" or "name:port", "[v6]" or "[v6]:port", as in a
 /// Host header) matches one of `allowed`: the names compare without case;

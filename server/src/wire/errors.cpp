@@ -8,15 +8,15 @@
 
 namespace toolnexus::server_detail {
 
-// The status name is the google.rpc.Code whose HTTP mapping (code.proto)
-// is the status sent: a client that reads `status` beside `code` finds
-// them agreeing. The A2A error itself is ErrorInfo.reason.
+// The status names are the gRPC column of the A2A error mapping (v1.0
+// section 5.4), the names a gRPC client of the same server sees; the HTTP
+// status is the same table's HTTP column.
 std::pair<int, const char *> rest_status_for(int code) noexcept {
   switch (code) {
     case rpc_code::kTaskNotFound: return {404, "NOT_FOUND"};
-    case rpc_code::kTaskNotCancelable: return {409, "ABORTED"};
+    case rpc_code::kTaskNotCancelable: return {409, "FAILED_PRECONDITION"};
     case rpc_code::kPushNotificationNotSupported:
-    case rpc_code::kUnsupportedOperation: return {400, "FAILED_PRECONDITION"};
+    case rpc_code::kUnsupportedOperation: return {400, "UNIMPLEMENTED"};
     case rpc_code::kContentTypeNotSupported: return {415, "INVALID_ARGUMENT"};
     case rpc_code::kInvalidAgentResponse: return {502, "INTERNAL"};
     case rpc_code::kExtendedCardNotConfigured:

@@ -30,17 +30,17 @@ struct Failure {
 };
 
 /// HTTP status and google.rpc status name for an A2A error code in the
-/// HTTP+JSON binding (v1.0 section 11.6). The HTTP status is the spec's
-/// (section 5.4); the name is the google.rpc.Code that maps to that status
-/// (google/rpc/code.proto), so `code` and `status` agree (the A2A error is
+/// HTTP+JSON binding (v1.0 section 11.6), both from the error mapping of
+/// section 5.4 (its HTTP and gRPC columns; the A2A error itself is
 /// ErrorInfo.reason): TaskNotFound 404 NOT_FOUND, TaskNotCancelable 409
-/// ABORTED, PushNotificationNotSupported, UnsupportedOperation,
-/// ExtendedAgentCardNotConfigured, ExtensionSupportRequired and
-/// VersionNotSupported 400 FAILED_PRECONDITION (the request is sound, this
-/// server cannot do it), malformed requests 400 INVALID_ARGUMENT, internal
-/// errors 500 INTERNAL. No code maps to 415 or 502: ContentTypeNotSupported
-/// is 415 INVALID_ARGUMENT and InvalidAgentResponse 502 INTERNAL, the
-/// names section 5.4 gives them.
+/// FAILED_PRECONDITION, PushNotificationNotSupported and
+/// UnsupportedOperation 400 UNIMPLEMENTED, ExtendedAgentCardNotConfigured,
+/// ExtensionSupportRequired and VersionNotSupported 400
+/// FAILED_PRECONDITION, ContentTypeNotSupported 415 INVALID_ARGUMENT,
+/// InvalidAgentResponse 502 INTERNAL, malformed requests 400
+/// INVALID_ARGUMENT, internal errors 500 INTERNAL. (The gRPC names do not
+/// always match google/rpc/code.proto's HTTP mapping, e.g. 409 with
+/// FAILED_PRECONDITION; the spec's table is followed.)
 std::pair<int, const char *> rest_status_for(int code) noexcept;
 
 /// The error body for `f` (its "params." field prefix dropped: REST has no
