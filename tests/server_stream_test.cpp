@@ -520,3 +520,34 @@ TEST_CASE("the first streamed chunk reaches the stream before the second is made
     CHECK(std::string(parse(rest.back().data)["result"]["status"]["state"].GetString()) == "canceled");
   }
 }
+
+TEST_CASE("with the store's change feed (ABI 1.4), a change made by another server reaches a stream without polling") {
+  // Two servers on one memory store object, polling every ten minutes: only
+  // the feed can bring B's change to A's stream in time.
+  auto store = toolnexus::resolve_store("memory");
+  REQUIRE((store->info().capabilities & TNX_CAP_CHANGE_FEED) != 0);
+  auto shared = [&](toolnexus::ServerOptions &o) {
+    o.store = store;
+    o.streams.poll_ms = 600000;
+  };
+  auto a = serve_with("approval", 0, shared);
+  auto b = serve_with("approval", 0, shared);
+  Client ca(a.url()), cb(b.url());
+  const std::string id = task_id(ca.send("deploy 2.0"));
+  REQUIRE(state_of(ca.wait_settled(id)) == "input-required");
+  Connection conn(port_of(a.url()));
+  SseReader sse(conn, "GET /tasks/" + id + ":subscribe HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  REQUIRE(sse.status() == 200);
+  auto snap = sse.next();
+  REQUIRE(snap);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(state_of(cb.call("CancelTask", R"({"id":)" + q(id) + "}")) == "canceled");
+  // A's stream gets the canceled status and ends (a margin of 10 s, against
+  // the 600 s a poll would take).
+  auto rest = sse.rest(10000ms);
+  MESSAGE("B's cancel reached A's stream after "
+          << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms");
+  CHECK(sse.ended());
+  REQUIRE(!rest.empty());
+  CHECK(std::string(parse(rest.back().data)["statusUpdate"]["status"]["state"].GetString()) == "TASK_STATE_CANCELED");
+}

@@ -244,10 +244,12 @@ struct StreamOptions {
   std::size_t max_streams = 10000;
   /// An idle stream gets an SSE comment ": keep-alive" this often.
   int keepalive_ms = 15000;
-  /// A Task someone streams or waits for that did not change on this
-  /// server is re-read from the store this often: a change made by another
-  /// server sharing the store reaches this server's streams within poll_ms
-  /// (plus one store read).
+  /// Stores without a change feed (ABI 1.4, TaskStore::watch_changes)
+  /// only: a Task someone streams or waits for that did not change on this
+  /// server is re-read from the store this often, so a change made by
+  /// another server sharing the store reaches this server's streams within
+  /// poll_ms (plus one store read). With a feed nothing is polled: the
+  /// changes it reports are read at once.
   int poll_ms = 200;
 };
 

@@ -5,6 +5,7 @@
 #include "common/util.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace toolnexus::server_detail {
 
@@ -36,6 +37,11 @@ TaskWatch::~TaskWatch() { stop(); }
 void TaskWatch::start() {
   if (started_) return;
   started_ = true;
+  try {
+    feed_ = store_->watch_changes([this](const StoreChange &c) { on_change(c); });
+  } catch (const std::exception &e) {
+    log_.warn(std::string("the store's change feed did not start (watching Tasks by polling instead): ") + e.what());
+  }
   deliverer_ = start_named_thread("tnx-watch", [this] { deliver_loop(); });
   poller_ = start_named_thread("tnx-watch-poll", [this] { poll_loop(); });
 }
@@ -50,12 +56,17 @@ void TaskWatch::stop() {
     std::lock_guard<std::mutex> lock(dirty_mu_);
   }
   dirty_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+  }
+  stale_cv_.notify_all();
   for (Shard &s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto &kv : s.entries) kv.second->cv.notify_all();
   }
   if (deliverer_.joinable()) deliverer_.join();
   if (poller_.joinable()) poller_.join();
+  feed_.reset();  // waits for a listener call in progress
   // Subscribers still registered are dropped.
   for (Shard &s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -298,7 +309,62 @@ void TaskWatch::deliver_loop() {
   }
 }
 
+void TaskWatch::on_change(const StoreChange &c) {
+  std::vector<std::string> ids;
+  uint64_t wanted = UINT64_MAX;
+  if (c.kind == StoreChange::Kind::gap) {
+    for (Shard &s : shards_) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      for (auto &kv : s.entries) ids.push_back(kv.first);
+    }
+  } else {
+    Shard &s = shard(c.id);
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.entries.find(c.id);
+    if (it == s.entries.end()) return;  // nobody watches it
+    const Entry &e = *it->second;
+    if (c.kind == StoreChange::Kind::saved) {
+      if (e.latest && e.latest->version >= c.version) return;  // known (a save made here)
+      wanted = c.version;
+    }
+    ids.push_back(c.id);
+  }
+  if (ids.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+    for (std::string &id : ids) {
+      auto [it, fresh] = stale_.emplace(std::move(id), wanted);
+      if (!fresh) it->second = std::max(it->second, wanted);
+    }
+  }
+  stale_cv_.notify_one();
+}
+
 void TaskWatch::poll_loop() {
+  if (feed_) {
+    // The feed says what changed: read only that, when it is news.
+    while (!stopping_.load()) {
+      std::unordered_map<std::string, uint64_t> work;
+      {
+        std::unique_lock<std::mutex> lock(stale_mu_);
+        stale_cv_.wait(lock, [this] { return stopping_.load() || !stale_.empty(); });
+        if (stopping_.load()) return;
+        work.swap(stale_);
+      }
+      for (const auto &[id, wanted] : work) {
+        if (stopping_.load()) return;
+        if (wanted != UINT64_MAX) {
+          // A save made here usually reached publish() meanwhile.
+          Shard &s = shard(id);
+          std::lock_guard<std::mutex> lock(s.mu);
+          auto it = s.entries.find(id);
+          if (it == s.entries.end() || (it->second->latest && it->second->latest->version >= wanted)) continue;
+        }
+        reread(id);
+      }
+    }
+    return;
+  }
   const auto period = std::chrono::milliseconds(std::max(1, options_.poll_ms));
   const auto tick = std::chrono::milliseconds(std::max(1, options_.poll_ms / 4));
   while (!stopping_.load()) {
@@ -321,38 +387,43 @@ void TaskWatch::poll_loop() {
     }
     for (const std::string &id : due) {
       if (stopping_.load()) return;
-      std::optional<TaskRecord> rec;
-      SnapshotPtr snap;
-      try {
-        rec = store_->get(id);
-        if (rec) {
-          auto p = std::make_shared<Snapshot>();
-          p->task = rec->a2a_task();
-          p->version = rec->version;
-          p->owner = std::move(rec->owner);
-          p->tenant = std::move(rec->tenant);
-          snap = std::move(p);
-        }
-      } catch (const std::exception &ex) {
-        log_.warn("Task " + in_quotes(id) + ": could not re-read it for its watchers: " + ex.what());
-        continue;
-      }
-      Shard &s = shard(id);
-      std::lock_guard<std::mutex> lock(s.mu);
-      auto it = s.entries.find(id);
-      if (it == s.entries.end()) continue;
-      Entry &e = *it->second;
-      if (!rec) {
-        // Missing from the store: gone, unless it was never saved (a
-        // deferred Task, version 0, is saved with its outcome).
-        if (e.latest && e.latest->version == 0) continue;
-        e.gone = true;
-        e.cv.notify_all();
-        if (!e.subs.empty()) mark_dirty(id);
-      } else {
-        take_newer(id, e, snap);
-      }
+      reread(id);
     }
+  }
+}
+
+void TaskWatch::reread(const std::string &id) {
+  std::optional<TaskRecord> rec;
+  SnapshotPtr snap;
+  ++rereads_;
+  try {
+    rec = store_->get(id);
+    if (rec) {
+      auto p = std::make_shared<Snapshot>();
+      p->task = rec->a2a_task();
+      p->version = rec->version;
+      p->owner = std::move(rec->owner);
+      p->tenant = std::move(rec->tenant);
+      snap = std::move(p);
+    }
+  } catch (const std::exception &ex) {
+    log_.warn("Task " + in_quotes(id) + ": could not re-read it for its watchers: " + ex.what());
+    return;
+  }
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(id);
+  if (it == s.entries.end()) return;
+  Entry &e = *it->second;
+  if (!rec) {
+    // Missing from the store: gone, unless it was never saved (a
+    // deferred Task, version 0, is saved with its outcome).
+    if (e.latest && e.latest->version == 0) return;
+    e.gone = true;
+    e.cv.notify_all();
+    if (!e.subs.empty()) mark_dirty(id);
+  } else {
+    take_newer(id, e, snap);
   }
 }
 

@@ -5,9 +5,13 @@
 //  - this process's own saves: TaskLifecycle calls publish() after every
 //    successful save, with the Task as saved (no store read);
 //  - everybody else's (other servers sharing the store, `toolnexus store
-//    put`): a poller re-reads each watched Task that has not changed here for
-//    poll_ms, so a change made elsewhere is seen within poll_ms plus one
-//    store read.
+//    put`): when the store has a change feed (ABI 1.4,
+//    TaskStore::watch_changes), each change of a watched Task that is newer
+//    than what is known here is re-read at once by the reader thread, and a
+//    gap in the feed re-reads every watched Task; nothing is polled. Without
+//    a feed, the reader thread re-reads each watched Task that has not
+//    changed here for poll_ms, so a change made elsewhere is seen within
+//    poll_ms plus one store read.
 // Two kinds of watchers:
 //  - waiters (a blocking SendMessage): wait() sleeps on the Task's own
 //    condition variable; a change of one Task wakes only its waiters;
@@ -193,6 +197,10 @@ class TaskWatch {
 
   /// Subscribers registered.
   std::size_t subscribers() const noexcept { return n_subs_.load(); }
+  /// True when the store's change feed carries others' changes (no polling).
+  bool has_feed() const noexcept { return feed_ != nullptr; }
+  /// Store reads made to learn of others' changes (polls and feed re-reads).
+  uint64_t rereads() const noexcept { return rereads_.load(); }
   /// Gives back `sub`'s place under max_subscribers now, before it is
   /// dropped: a subscriber calls it just before it ends its stream, so that
   /// a client opening its next stream as soon as it reads the end is not
@@ -240,6 +248,12 @@ class TaskWatch {
   void mark_all_dirty();
   void deliver_loop();
   void poll_loop();
+  /// The change feed's listener: queues a re-read of a watched Task whose
+  /// change is newer than what is known (all of them on a gap). Never blocks
+  /// on I/O (runs on the store's threads).
+  void on_change(const StoreChange &change);
+  /// Re-reads `id` for its watchers (the reader thread).
+  void reread(const std::string &id);
   void deliver(const std::string &id);
 
   std::shared_ptr<TaskStore> store_;
@@ -267,6 +281,14 @@ class TaskWatch {
   std::thread deliverer_;
   std::thread poller_;
   bool started_ = false;
+  /// The store's change feed (null: none, poll).
+  std::unique_ptr<ChangeSubscription> feed_;
+  /// Re-reads the feed asked for: id -> the version it announced
+  /// (UINT64_MAX: read whatever; a delete or a gap). Under stale_mu_.
+  std::mutex stale_mu_;
+  std::condition_variable stale_cv_;
+  std::unordered_map<std::string, uint64_t> stale_;
+  std::atomic<uint64_t> rereads_{0};
 };
 
 }  // namespace toolnexus::server_detail
