@@ -246,9 +246,6 @@ class Router {
     // requests at once left ~900 MB resident for good. Handing the free
     // pages back costs a walk of the arenas, so only after a large answer.
     if (large) release_free_memory();
-    if (s_.metrics != nullptr && !b.metric_method.empty())
-      s_.metrics->observe_request(b.metric_method, b.metric_dialect, b.metric_transport, status,
-                                  static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - started).count()));
     if (s_.log->enabled(LogLevel::debug)) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
       std::string line = m + " " + std::string(path.substr(0, 200));
@@ -494,7 +491,12 @@ HttpFrontend::HttpFrontend(const std::string &host, uint16_t port, HttpServices 
   rl.server_name = std::string("toolnexus/") + server_version();
   Router *router = impl_->router.get();
   impl_->reactor = std::make_unique<HttpReactor>(
-      std::move(socket), rl, [router](HttpRequest &req, Responder &out) { router->handle(req, out); },
+      std::move(socket), rl,
+      [router, metrics = impl_->services.metrics](HttpRequest &req, Responder &out) {
+        const ThreadBuffers &b = buffers();  // the labels the router sets
+        MeteredResponder counted(out, metrics, &b.metric_method, &b.metric_dialect, &b.metric_transport);
+        router->handle(req, counted);
+      },
       *impl_->services.log);
 }
 

@@ -80,6 +80,12 @@ std::string_view method_label(A2AMethod m) noexcept {
   return "other";
 }
 
+void MeteredResponder::count(int status) {
+  if (metrics_ == nullptr || method_->empty() || answered()) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started_);
+  metrics_->observe_request(*method_, *dialect_, *transport_, status, static_cast<uint64_t>(ns.count()));
+}
+
 OperatorEndpoints::OperatorEndpoints(std::shared_ptr<TaskStore> store, ServerMetrics &metrics,
                                      std::function<GaugeValues()> gauges)
     : store_(std::move(store)), metrics_(metrics), gauges_(std::move(gauges)) {

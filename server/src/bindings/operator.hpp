@@ -23,6 +23,7 @@
 #include "toolnexus/task_store.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,6 +44,39 @@ constexpr int kReadyStoreTimeoutMs = 1000;
 std::string_view method_label(std::string_view rpc_method) noexcept;
 /// The A2A v1.0 method name of `m` (the HTTP+JSON routes).
 std::string_view method_label(A2AMethod m) noexcept;
+
+/// A Responder that counts its request in ServerMetrics (observe_request)
+/// when the answer or the stream is handed over, before the client can have
+/// it: a client that reads its answer and then scrapes /metrics sees its
+/// request counted. The labels are read then, through the pointers (the
+/// router sets them while handling; an empty method: not counted). Used on
+/// one worker thread for one request.
+class MeteredResponder final : public Responder {
+ public:
+  /// `metrics` null: counts nothing. The pointed-to labels outlive this.
+  MeteredResponder(Responder &inner, ServerMetrics *metrics, const std::string_view *method,
+                   const std::string_view *dialect, const std::string_view *transport)
+      : inner_(inner), metrics_(metrics), method_(method), dialect_(dialect), transport_(transport),
+        started_(std::chrono::steady_clock::now()) {}
+  void reply(HttpReply reply) override {
+    count(reply.status);
+    inner_.reply(std::move(reply));
+  }
+  std::shared_ptr<SseStream> start_stream(std::vector<std::pair<std::string, std::string>> headers,
+                                          std::string label) override {
+    count(200);
+    return inner_.start_stream(std::move(headers), std::move(label));
+  }
+  bool answered() const noexcept override { return inner_.answered(); }
+
+ private:
+  void count(int status);
+
+  Responder &inner_;
+  ServerMetrics *metrics_;
+  const std::string_view *method_, *dialect_, *transport_;
+  std::chrono::steady_clock::time_point started_;
+};
 
 /// The probes and the metrics page. Thread-safe; one per server.
 class OperatorEndpoints {

@@ -15,7 +15,8 @@ namespace toolnexus::server_detail {
 
 /// Forwards every call to `inner` unchanged (results, exceptions) and
 /// records its duration and failure in `metrics`, which must outlive it.
-/// close() is forwarded too (the server closes the store it opened).
+/// close() and watch_changes() are forwarded too (the server closes the
+/// store it opened; the change feed is the inner store's).
 /// Thread-safe as `inner` is.
 class MeteredStore final : public TaskStore {
  public:
@@ -27,6 +28,11 @@ class MeteredStore final : public TaskStore {
   ListPage list(const ListQuery &query) override;
   uint64_t count(const ListQuery &query) override;
   StoreInfo info() const override { return inner_->info(); }
+  /// The inner store's change feed, unchanged (not timed: it is no call
+  /// per change).
+  std::unique_ptr<ChangeSubscription> watch_changes(ChangeListener listener) override {
+    return inner_->watch_changes(std::move(listener));
+  }
   void close() override { inner_->close(); }
 
  protected:
