@@ -9,6 +9,7 @@
 
 #include "common/metrics.hpp"
 #include "common/server_metrics.hpp"
+#include "domain/metered_store.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -237,4 +238,39 @@ TEST_CASE("label values are escaped as the text format requires") {
   append_label(l, "a", "x\"y\\z\nw");
   append_label(l, "b", "");
   CHECK(l == R"(a="x\"y\\z\nw",b="")");
+}
+
+TEST_CASE("the metered store the server uses keeps the inner store's change feed and times each call once") {
+  using namespace toolnexus::server_detail;
+  ServerMetrics m;
+  auto inner = resolve_store("memory");
+  MeteredStore store(inner, m);
+  std::mutex mu;
+  std::vector<StoreChange> seen;
+  auto sub = store.watch_changes([&](const StoreChange &c) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(c);
+  });
+  REQUIRE(sub != nullptr);  // memory has the feed (TNX_CAP_CHANGE_FEED): the wrapper must not hide it
+  Task t = Task::parse(R"({"id":"t1","contextId":"c1","status":{"state":"submitted"},"kind":"task"})");
+  const uint64_t v = store.save(t);
+  REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !seen.empty();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(seen[0].kind == StoreChange::Kind::saved);
+    CHECK(seen[0].id == "t1");
+    CHECK(seen[0].version == v);
+  }
+  SaveOptions stale;
+  stale.expected_version = v + 7;
+  CHECK_THROWS_AS(store.save(t, stale), StoreError);  // not the stored version
+  CHECK(store.get("t1").has_value());
+  CHECK(m.store_calls(StoreOp::save) == 2);
+  CHECK(m.store_calls(StoreOp::get) == 1);
+  const std::string page = m.render(GaugeValues{});
+  CHECK(sample(page, "toolnexus_store_cas_conflicts_total") == 1);
+  CHECK(sample(page, R"(toolnexus_store_errors_total{op="save",error="conflict"})") == 1);
 }
