@@ -33,13 +33,17 @@ constexpr const char *kUsage = R"(usage: toolnexus serve [options]
 Runs an A2A agent (JSON-RPC at POST / in protocol v1.0 and v0.3, chosen by the
 A2A-Version header; HTTP+JSON at /message:send, /tasks... in v1.0) whose every
 Task read and write goes through the configured store. Prints "listening on http://HOST:PORT/" as its first line on
-stdout; stops on SIGINT or SIGTERM (finishing requests in progress, closing
-the store) and exits 0. Logs go to stderr.
+stdout (with --admin-listen, "admin listening on http://HOST:PORT/" next);
+stops on SIGINT or SIGTERM (finishing requests in progress, closing the store) and exits 0. Logs go to stderr.
 
 options (flags override the config file):
   --config FILE            JSON configuration (see below)
   --listen HOST:PORT       address to listen on (default 127.0.0.1:8080;
                            port 0 picks a free port)
+  --admin-listen HOST:PORT the admin listener: GET /healthz, /readyz and
+                           /metrics (Prometheus), no authentication; keep it
+                           off public networks (default: none; /healthz and
+                           /readyz are on --listen too, /metrics only here)
   --store SELECTOR         memory (default), file:DIR, sqlite:PATH, or
                            <scheme>:<location> served by a plugin
   --plugin-dir DIR         also search DIR for storage plugins (repeatable)
@@ -124,6 +128,7 @@ options (flags override the config file):
 
 config file:
   {"listen": "127.0.0.1:8080", "plugin_dirs": ["..."], "allow_insecure_plugins": false,
+   "admin": {"listen": "127.0.0.1:9090"},
    "agent": "approval",
    "a2a": {"name": "...", "description": "...", "version": "...",
            "store": "file:/var/lib/toolnexus/tasks",
@@ -245,11 +250,16 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   c.dir = std::filesystem::absolute(file).parent_path();
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
-               {"listen", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level", "workers",
-                "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
+               {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level",
+                "workers", "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
                 "drain_timeout_ms", "instance_id", "instance_file"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
+  if (const rapidjson::Value *ad = member(root, "admin")) {
+    if (!ad->IsObject()) throw UsageError(file + ": admin must be an object");
+    warn_unknown(c, *ad, "admin.", {"listen"});
+    if (auto v = config_string(c, *ad, "listen", "admin.listen"); !v.empty()) o.admin_listen = v;
+  }
   if (const rapidjson::Value *dirs = member(root, "plugin_dirs")) {
     if (!dirs->IsArray()) throw UsageError(file + ": plugin_dirs must be an array of directory names");
     for (const auto &d : dirs->GetArray()) {
@@ -470,6 +480,7 @@ int run_serve(int argc, char **argv) {
       };
       if (a == "--config") next();
       else if (a == "--listen") o.listen = next();
+      else if (a == "--admin-listen") o.admin_listen = next();
       else if (a == "--store") o.store = next();
       else if (a == "--plugin-dir") plugin_dirs.push_back(next());
       else if (a == "--allow-insecure-plugins" && !has_inline) allow_insecure = true;
@@ -561,6 +572,7 @@ int run_serve(int argc, char **argv) {
     std::fprintf(stderr, "toolnexus serve: warning: %s\n", plugin_failure_text(f).c_str());
 
   std::printf("listening on %s\n", server->url().c_str());
+  if (!server->admin_url().empty()) std::printf("admin listening on %s\n", server->admin_url().c_str());
   std::fflush(stdout);
 
   int sig = 0;

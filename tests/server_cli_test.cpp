@@ -666,3 +666,59 @@ TEST_CASE("a server restarted after SIGKILL is the same instance and settles wha
   CHECK(state_of(done) == "completed");
   CHECK(artifact_text(done["result"]) == "five six seven eight");
 }
+
+TEST_CASE("--admin-listen: /readyz answers 503 from the start of the drain after SIGTERM, while streams still run") {
+  TempDir dir;
+  Child a({"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--store", "file:" + dir.str(),
+           "--echo-chunk-delay-ms", "800"});
+  const std::string url = url_from(a.first_stdout_line());
+  // The second stdout line names the admin listener.
+  const auto deadline = Clock::now() + 5000ms;
+  while (std::count(a.out_buf.begin(), a.out_buf.end(), '\n') < 2 && Clock::now() < deadline) a.pump(50);
+  static const std::regex admin_re(R"(^listening on [^\n]*\nadmin listening on (http://127\.0\.0\.1:([0-9]+)/)\n)");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(a.out_buf, m, admin_re), "stdout: " << a.out_buf);
+  const int admin_port = std::stoi(m[2]);
+  REQUIRE(admin_port != port_of(url));
+  const auto readyz = [admin_port] {
+    Connection c(admin_port);
+    return c.get("/readyz");
+  };
+  CHECK(readyz().status == 200);
+  {
+    Connection api(port_of(url));
+    CHECK(api.get("/readyz").status == 200);  // the API listener has the probes too
+  }
+
+  Connection conn(port_of(url));
+  SseReader sse(conn, stream_request("one two three four"));
+  std::vector<SseEvent> events;
+  while (events.size() < 3) {  // the Task, working, the first chunk
+    auto e = sse.next(5000ms);
+    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
+    events.push_back(*e);
+  }
+  REQUIRE(::kill(a.pid, SIGTERM) == 0);
+  HttpResponse draining;
+  REQUIRE(eventually([&] { return (draining = readyz()).status == 503; }, 5000ms));
+  CHECK(draining.body ==
+        "not ready: this server is stopping (the drain began); send new requests to another replica\n");
+  // The balancer was told while the Task's stream still runs: its next
+  // chunks come after the 503.
+  CHECK(!sse.ended());
+  {
+    Connection admin(admin_port);
+    const std::string page = admin.get("/metrics").body;
+    CHECK(page.find("\ntoolnexus_ready 0\n") != std::string::npos);
+    CHECK(page.find("\ntoolnexus_streams_open 1\n") != std::string::npos);
+    CHECK(page.find("\ntoolnexus_tasks_running 1\n") != std::string::npos);
+  }
+  for (auto &e : sse.rest(15000ms)) events.push_back(e);
+  CHECK(sse.ended());
+  CHECK(frame_state(events.back()) == "TASK_STATE_COMPLETED");
+  std::size_t chunks = 0;
+  for (const auto &e : events) chunks += e.data.find("artifactUpdate") != std::string::npos ? 1 : 0;
+  CHECK(chunks == 4);
+  const int st = a.wait_exit(10000ms);
+  CHECK((st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}

@@ -7,6 +7,9 @@
 #include "wire/auth.hpp"
 #include "wire/web_origin.hpp"
 #include "bindings/http.hpp"
+#include "bindings/operator.hpp"
+#include "common/server_metrics.hpp"
+#include "domain/metered_store.hpp"
 #include "common/log.hpp"
 #include "delivery/push.hpp"
 #include "domain/instance_id.hpp"
@@ -53,7 +56,14 @@ struct ServerHandle::Impl {
   /// The instance identity held (destroyed last: held until all is stopped).
   std::unique_ptr<InstanceClaim> identity;
   std::unique_ptr<Logger> log;
+  /// What /metrics shows; outlives everything that counts into it.
+  std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<TaskStore> store;
+  /// `store` with every call timed into `metrics`: what the server uses.
+  std::shared_ptr<TaskStore> metered;
+  std::unique_ptr<OperatorEndpoints> operator_endpoints;
+  std::unique_ptr<AdminListener> admin;
+  std::string admin_url;
   bool owns_store = false;
   std::unique_ptr<TokenAuth> auth;
   CardConfig card;
@@ -72,6 +82,9 @@ struct ServerHandle::Impl {
     std::call_once(stop_once, [this] {
       using Clock = std::chrono::steady_clock;
       const auto deadline = Clock::now() + std::chrono::milliseconds(drain_timeout_ms);
+      // /readyz says 503 from now on (the admin listener answers through
+      // the whole stop): balancers stop sending here.
+      if (operator_endpoints) operator_endpoints->begin_drain();
       // No new connections; idle ones close; streams stay open.
       if (http) http->begin_stop();
       // No new Tasks; blocking SendMessage waits return now, so requests in
@@ -94,6 +107,7 @@ struct ServerHandle::Impl {
       if (lifecycle) lifecycle->stop();
       if (push) push->stop();
       if (watch) watch->stop();
+      if (admin) admin->stop(kLastWordsMs);
       if (owns_store && store) {
         try {
           store->close();
@@ -120,6 +134,7 @@ ServerHandle::~ServerHandle() {
 }
 const std::string &ServerHandle::url() const noexcept { return impl_->url; }
 uint16_t ServerHandle::port() const noexcept { return impl_->port; }
+const std::string &ServerHandle::admin_url() const noexcept { return impl_->admin_url; }
 const std::string &ServerHandle::instance_id() const noexcept { return impl_->instance_id; }
 std::shared_ptr<TaskStore> ServerHandle::store() const { return impl_->store; }
 ServerStats ServerHandle::stats() const {
@@ -180,6 +195,10 @@ ServerHandle serve(ServerOptions o) {
   auto impl = std::make_unique<ServerHandle::Impl>();
   impl->log = std::make_unique<Logger>(o.log_level, std::move(o.log_sink));
   impl->drain_timeout_ms = o.drain_timeout_ms;
+  impl->metrics = std::make_unique<ServerMetrics>();
+  std::string admin_host;
+  uint16_t admin_port = 0;
+  if (!o.admin_listen.empty()) split_listen(o.admin_listen, admin_host, admin_port);
 
   if (o.streams.max_streams == 0 || o.streams.keepalive_ms <= 0 || o.streams.poll_ms <= 0)
     throw std::invalid_argument("streams.max_streams, streams.keepalive_ms and streams.poll_ms must be positive");
@@ -194,6 +213,7 @@ ServerHandle serve(ServerOptions o) {
     impl->store = resolve_store(o.store.selector);
     impl->owns_store = true;
   }
+  impl->metered = std::make_shared<MeteredStore>(impl->store, *impl->metrics);
   // The instance id: configured, kept on disk, or new.
   if (o.instance_id.empty() && o.instance_file != "-") {
     const std::string base = o.instance_file.empty() && !o.store.store ? default_instance_base(o.store.selector)
@@ -238,12 +258,13 @@ ServerHandle serve(ServerOptions o) {
   lo.instance_id = o.instance_id;
   lo.max_task_history = l.max_task_history;
   lo.max_task_bytes = l.max_task_bytes;
+  lo.metrics = impl->metrics.get();
   WatchOptions wo;
   wo.poll_ms = o.streams.poll_ms;
   wo.max_subscribers = o.streams.max_streams;
   wo.idle_tick_ms = std::max(10, std::min(1000, o.streams.keepalive_ms / 2));
-  impl->watch = std::make_unique<TaskWatch>(impl->store, wo, *impl->log);
-  impl->lifecycle = std::make_unique<TaskLifecycle>(impl->store, executor, lo, *impl->log, *impl->watch);
+  impl->watch = std::make_unique<TaskWatch>(impl->metered, wo, *impl->log);
+  impl->lifecycle = std::make_unique<TaskLifecycle>(impl->metered, executor, lo, *impl->log, *impl->watch);
   impl->instance_id = impl->lifecycle->instance_id();
   if (o.push.enabled) {
     const PushOptions &p = o.push;
@@ -258,7 +279,24 @@ ServerHandle serve(ServerOptions o) {
   impl->methods = std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth,
                                                l.blocking_timeout_ms, impl->push.get(), l.max_message_parts);
 
+  {
+    ServerHandle::Impl *self = impl.get();
+    impl->operator_endpoints = std::make_unique<OperatorEndpoints>(impl->metered, *impl->metrics, [self] {
+      GaugeValues g;
+      if (self->lifecycle) {
+        g.tasks_running = self->lifecycle->running();
+        g.tasks_queued = self->lifecycle->queued();
+      }
+      if (self->http) {
+        g.streams_open = self->http->open_streams();
+        g.connections_open = self->http->open_connections();
+      }
+      return g;
+    });
+  }
   HttpServices services;
+  services.operator_endpoints = impl->operator_endpoints.get();
+  services.metrics = impl->metrics.get();
   services.methods = impl->methods.get();
   services.auth = impl->auth.get();
   services.card = &impl->card;
@@ -273,10 +311,17 @@ ServerHandle serve(ServerOptions o) {
   impl->port = impl->http->port();
   impl->url = "http://" + url_host + ":" + std::to_string(impl->port) + "/";
 
+  if (!o.admin_listen.empty()) {
+    impl->admin = std::make_unique<AdminListener>(admin_host, admin_port, *impl->operator_endpoints, *impl->log);
+    const std::string h = admin_host.find(':') != std::string::npos ? "[" + admin_host + "]" : admin_host;
+    impl->admin_url = "http://" + h + ":" + std::to_string(impl->admin->port()) + "/";
+  }
+
   impl->watch->start();
   impl->lifecycle->start();
   if (impl->push) impl->push->start();
   impl->http->start();
+  if (impl->admin) impl->admin->start();
   const StoreInfo info = impl->store->info();
   impl->log->info("serving A2A at " + impl->url + " (store " + info.scheme +
                   (info.plugin_name.empty() ? std::string() : " via " + info.plugin_name) + " [" +
@@ -286,6 +331,7 @@ ServerHandle serve(ServerOptions o) {
                   " pid " +
                   std::to_string(::getpid()) +
                   (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
+  if (impl->admin) impl->log->info("admin endpoints (/healthz, /readyz, /metrics) at " + impl->admin_url);
   if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)
     impl->log->info("this store's compare-and-set holds within this process only: servers in other processes "
                     "must not share it (run replicas on a multi-process store such as sqlite)");

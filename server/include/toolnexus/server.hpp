@@ -17,6 +17,8 @@
 //   POST /tasks/{id}:cancel, GET|POST /tasks/{id}:subscribe, GET /tasks
 //                                       HTTP+JSON (v1.0), also under /{tenant}/
 //   GET  /.well-known/agent-card.json   Agent Card (also /.well-known/agent.json)
+//   GET  /healthz, /readyz              probes (no authentication; /metrics on
+//                                       the admin listener, ServerOptions::admin_listen)
 //   anything else                       404 (405 for a REST path's wrong method)
 // Clients never see the server's bookkeeping (Task metadata "toolnexus/*").
 #ifndef TOOLNEXUS_SERVER_HPP
@@ -307,6 +309,12 @@ using LogSink = std::function<void(LogLevel, std::string_view)>;
 struct ServerOptions {
   /// "HOST:PORT" ("[::1]:PORT" for IPv6). Port 0 picks a free port.
   std::string listen = "127.0.0.1:8080";
+  /// HOST:PORT of the admin listener ("" = none): GET /healthz, /readyz and
+  /// /metrics (Prometheus text format 0.0.4), no authentication, kept
+  /// answering through the whole stop (/readyz 503 from its first moment).
+  /// The API listener serves /healthz and /readyz too, never /metrics.
+  /// See docs/operations.md, "Running replicas".
+  std::string admin_listen;
   /// The store; default a new memory store.
   StoreSpec store;
   /// The executor; when null, the built-in called `agent` is used.
@@ -386,6 +394,8 @@ class ServerHandle {
   const std::string &url() const noexcept;
   /// The bound port.
   uint16_t port() const noexcept;
+  /// "http://HOST:PORT/" of the admin listener ("" when there is none).
+  const std::string &admin_url() const noexcept;
   /// The lease instance id of this server.
   const std::string &instance_id() const noexcept;
   /// The store the server uses.

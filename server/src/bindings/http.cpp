@@ -60,6 +60,9 @@ struct ThreadBuffers {
   ResponseWriter out;
   std::string method;
   std::string answer;
+  /// The request's labels for /metrics (ServerMetrics::observe_request):
+  /// set by rpc() and rest(); method empty = not an A2A request.
+  std::string_view metric_method, metric_dialect, metric_transport;
 };
 
 ThreadBuffers &buffers() {
@@ -184,6 +187,7 @@ class Router {
     const auto started = Clock::now();
     ThreadBuffers &b = buffers();
     b.method.clear();
+    b.metric_method = {};
     std::string principal;
     int status = 0;
     const std::string &m = req.head.getMethod();
@@ -200,7 +204,9 @@ class Router {
       reply_to.headers.emplace_back("Access-Control-Allow-Origin", origin);
       reply_to.headers.emplace_back("Access-Control-Expose-Headers", kCorsExposeHeaders);
     }
-    if (req.head.has("Host") && !valid_host_field(how.host)) {
+    if (s_.operator_endpoints != nullptr && OperatorEndpoints::serves(path)) {
+      status = s_.operator_endpoints->handle(req, out, /*metrics_here=*/false);  // probes: no API checks, no CORS
+    } else if (req.head.has("Host") && !valid_host_field(how.host)) {
       reply_to.reply(http_error_reply(
           400, how.host.empty() ? std::string("the Host header is empty: it must name this server (host[:port])")
                                 : "Host " + in_quotes(std::string(how.host)) +
@@ -339,6 +345,9 @@ class Router {
 
   // The HTTP+JSON binding (A2A v1.0 section 11).
   int rest(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal, const RestRoute &route) {
+    b.metric_method = method_label(route.method);
+    b.metric_dialect = "1.0";
+    b.metric_transport = "rest";
     if (!authenticate(req, out, principal)) return 401;
     b.method = "REST ";
     b.method += req.head.getMethod();
@@ -372,6 +381,7 @@ class Router {
       status = serve_rest(*s_.methods, route, query, req.body, s_.limits.max_json_depth, std::move(call), b.out,
                           b.answer, req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan);
       if (plan) {
+        b.metric_transport = "sse";
         open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
         return 200;
       }
@@ -405,6 +415,9 @@ class Router {
   }
 
   int rpc(HttpRequest &req, Responder &out, ThreadBuffers &b, std::string &principal) {
+    b.metric_method = "unknown";
+    b.metric_dialect = "0.3";
+    b.metric_transport = "jsonrpc";
     if (!authenticate(req, out, principal)) return 401;
     if (!json_content_type(req)) {
       out.reply(http_error_reply(415, content_type_refusal(req)));
@@ -421,6 +434,9 @@ class Router {
     Dialect dialect = Dialect::v0_3;
     s_.methods->handle(req.body, version, principal, b.out, b.method,
                        req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect);
+    b.metric_method = method_label(b.method);
+    b.metric_dialect = dialect == Dialect::v1_0 ? "1.0" : "0.3";
+    if (plan || is_stream) b.metric_transport = "sse";
     if (plan) {
       open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);
     } else if (is_stream) {
@@ -475,7 +491,12 @@ HttpFrontend::HttpFrontend(const std::string &host, uint16_t port, HttpServices 
   rl.server_name = std::string("toolnexus/") + server_version();
   Router *router = impl_->router.get();
   impl_->reactor = std::make_unique<HttpReactor>(
-      std::move(socket), rl, [router](HttpRequest &req, Responder &out) { router->handle(req, out); },
+      std::move(socket), rl,
+      [router, metrics = impl_->services.metrics](HttpRequest &req, Responder &out) {
+        const ThreadBuffers &b = buffers();  // the labels the router sets
+        MeteredResponder counted(out, metrics, &b.metric_method, &b.metric_dialect, &b.metric_transport);
+        router->handle(req, counted);
+      },
       *impl_->services.log);
 }
 

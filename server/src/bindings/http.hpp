@@ -7,6 +7,7 @@
 #ifndef TOOLNEXUS_SERVER_HTTP_HPP
 #define TOOLNEXUS_SERVER_HTTP_HPP
 
+#include "bindings/operator.hpp"
 #include "service/a2a_methods.hpp"
 #include "wire/agent_card.hpp"
 #include "wire/auth.hpp"
@@ -33,6 +34,10 @@ struct HttpServices {
   /// Host (as in the listen address; IPv6 in brackets) used with the bound
   /// port in the card url when a request names no usable host.
   std::string fallback_host;
+  /// /healthz and /readyz (before any check of the API); null = none.
+  OperatorEndpoints *operator_endpoints = nullptr;
+  /// Where A2A requests are counted; null = nowhere.
+  ServerMetrics *metrics = nullptr;
 };
 
 /// Splits "HOST:PORT" / "[V6]:PORT" / ":PORT". Throws std::invalid_argument

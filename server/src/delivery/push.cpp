@@ -439,8 +439,10 @@ bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
       std::all_of(outcomes.begin(), outcomes.end(), [](const Outcome &o) { return o.error.empty(); });
   // Record what was delivered (and the failures), with compare-and-set.
   bool retry = false;
+  uint64_t retries = 0, give_ups = 0;  // of the edit that was saved (it may run again on a conflict)
   try {
     lifecycle_.edit(id, rec->owner, rec->tenant, [&](Task &t) {
+      retries = give_ups = 0;
       rapidjson::Value *cs = configs_of(t);
       if (cs == nullptr) return false;
       auto &a = t.allocator();
@@ -476,6 +478,7 @@ bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
             set_member(c, "gaveUp", rapidjson::Value(true), a);
             set_member(c, "gaveUpSeq", rapidjson::Value(newest), a);
             remove_member(c, "nextAttemptAt");
+            ++give_ups;
             log_.warn("push notifications of Task '" + id + "' to " + origin(str(find(c, "url"))) + " gave up after " +
                       std::to_string(attempts) + " attempts: " + o.error);
           } else {
@@ -486,6 +489,7 @@ bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
             const int64_t next = now + static_cast<int64_t>(backoff * jitter * 1000);
             set_member(c, "nextAttemptAt", make_string(format_timestamp(next), a), a);
             retry = true;
+            ++retries;
             if (log_.enabled(LogLevel::info))
               log_.info("push notification of Task '" + id + "' to " + origin(str(find(c, "url"))) + " failed (attempt " +
                         std::to_string(attempts) + "), retrying in " +
@@ -498,6 +502,10 @@ bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
     });
   } catch (const LifecycleError &) {
     return all_sent;  // the Task is gone
+  }
+  if (ServerMetrics *m = lifecycle_.metrics()) {
+    m->push_retries.add(retries);
+    m->push_give_ups.add(give_ups);
   }
   // The save was published: notify() schedules the retry or the events that
   // arrived meanwhile.
@@ -547,14 +555,19 @@ std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id,
       exchange(session);
     }
     const int status = static_cast<int>(resp.getStatus());
-    if (status < 200 || status > 299)
+    if (status < 200 || status > 299) {
+      if (ServerMetrics *m = lifecycle_.metrics()) m->push_failures.add();
       return "the webhook answered HTTP " + std::to_string(status) + " " + resp.getReason();
+    }
+    if (ServerMetrics *m = lifecycle_.metrics()) m->push_deliveries.add();
     if (log_.enabled(LogLevel::debug))
       log_.debug("push notification of Task '" + std::string(task_id) + "' delivered to " + origin(cfg.url));
     return {};
   } catch (const Poco::Exception &e) {
+    if (ServerMetrics *m = lifecycle_.metrics()) m->push_failures.add();
     return e.displayText();
   } catch (const std::exception &e) {
+    if (ServerMetrics *m = lifecycle_.metrics()) m->push_failures.add();
     return e.what();
   }
 }

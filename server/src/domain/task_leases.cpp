@@ -173,6 +173,7 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
       std::move(s));
   if (r.found && r.verdict == Verdict::save) {
     log_.warn("settled Task '" + rec.id + "': " + why + where);
+    if (options_.metrics != nullptr) options_.metrics->leases_settled.add();
     return true;
   }
   return false;

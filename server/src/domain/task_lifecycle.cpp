@@ -74,6 +74,13 @@ bool TaskLifecycle::running_here(const std::string &id) {
   return it != active_.end() && it->second->started_us.load() != 0;
 }
 
+std::size_t TaskLifecycle::running() {
+  std::lock_guard<std::mutex> lock(active_mu_);
+  std::size_t n = 0;
+  for (const auto &[id, task] : active_) n += task->started_us.load() != 0 ? 1 : 0;
+  return n;
+}
+
 void TaskLifecycle::stop() {
   std::call_once(stop_once_, [this] {
     stopping_ = true;

@@ -39,6 +39,7 @@
 
 #include "common/log.hpp"
 #include "common/semaphore.hpp"
+#include "common/server_metrics.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/agent_executor.hpp"
 #include "toolnexus/task_store.hpp"
@@ -127,6 +128,9 @@ struct LifecycleOptions {
   std::size_t max_task_history = 1000;
   /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
   std::size_t max_task_bytes = std::size_t{8} << 20;
+  /// Where settled leases are counted (and push outcomes, by the push
+  /// deliverer through metrics()); null = nowhere. Outlives the lifecycle.
+  ServerMetrics *metrics = nullptr;
 };
 
 /// Runs Tasks on a worker pool and performs every transition through the
@@ -271,6 +275,11 @@ class TaskLifecycle {
   TaskWatch &watch() noexcept { return watch_; }
   /// Tasks queued and not yet started.
   std::size_t queued() const noexcept { return queued_.load(); }
+  /// Tasks whose executor runs here now (registered, not yet ended).
+  /// Thread-safe; takes the registry's lock (for /metrics, not hot paths).
+  std::size_t running();
+  /// LifecycleOptions::metrics (null = none).
+  ServerMetrics *metrics() const noexcept { return options_.metrics; }
   /// begin_stop() or stop() was called.
   bool stopping() const noexcept { return stopping_.load(); }
 
