@@ -116,7 +116,8 @@ def main():
         "toolnexus_http_connections_open": "gauge", "toolnexus_ready": "gauge",
         "toolnexus_push_deliveries": "counter", "toolnexus_push_failures": "counter",
         "toolnexus_push_retries": "counter", "toolnexus_push_give_ups": "counter",
-        "toolnexus_leases_settled": "counter",
+        "toolnexus_leases_settled": "counter", "toolnexus_change_feed": "gauge",
+        "toolnexus_change_feed_gaps": "counter", "toolnexus_watch_rereads": "counter",
     }
     for name, kind in want.items():
         check(name in families and families[name].type == kind, "%s: missing or not a %s" % (name, kind))

@@ -167,6 +167,10 @@ TEST_CASE("/metrics on the admin listener: 3 GetTask add exactly 3 requests, 3 s
   CHECK(sample(page, "toolnexus_streams_open") == 0);
   CHECK(sample(page, "toolnexus_ready") == 1);
   CHECK(sample(page, "toolnexus_leases_settled_total") == 0);
+  // The memory store has a change feed (ABI 1.4): nothing polled, no gap.
+  CHECK(sample(page, "toolnexus_change_feed") == 1);
+  CHECK(sample(page, "toolnexus_change_feed_gaps_total") == 0);
+  CHECK(sample(page, "toolnexus_watch_rereads_total") == 0);
   CHECK(sample(page, "toolnexus_push_give_ups_total") == 0);
 
   // The admin listener serves nothing else.

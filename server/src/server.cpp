@@ -286,6 +286,9 @@ ServerHandle serve(ServerOptions o) {
       if (self->lifecycle) {
         g.tasks_running = self->lifecycle->running();
         g.tasks_queued = self->lifecycle->queued();
+        g.change_feed = self->lifecycle->watch().has_feed();
+        g.change_feed_gaps = self->lifecycle->watch().feed_gaps();
+        g.watch_rereads = self->lifecycle->watch().rereads();
       }
       if (self->http) {
         g.streams_open = self->http->open_streams();

@@ -138,6 +138,15 @@ std::string ServerMetrics::render(const GaugeValues &g) const {
           push_retries.value());
   counter(out, "toolnexus_push_give_ups_total",
           "Push notification configs given up on after their attempts or time ran out.", push_give_ups.value());
+  gauge(out, "toolnexus_change_feed",
+        "1 when the store's change feed (ABI 1.4) tells this server of others' changes, 0 when it polls.",
+        g.change_feed ? 1 : 0);
+  counter(out, "toolnexus_change_feed_gaps_total",
+          "Gaps the store's change feed reported (changes possibly missed; every watched Task was read again).",
+          g.change_feed_gaps);
+  counter(out, "toolnexus_watch_rereads_total",
+          "Store reads made to learn of changes made elsewhere (a change the feed announced, or a poll).",
+          g.watch_rereads);
   counter(out, "toolnexus_leases_settled_total",
           "Tasks left running by a stopped server (expired lease) that this server settled as failed.",
           leases_settled.value());

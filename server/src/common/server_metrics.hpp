@@ -36,6 +36,12 @@ struct GaugeValues {
   std::size_t connections_open = 0;
   /// 1 while ready (see /readyz), 0 once the drain started.
   bool ready = true;
+  /// The store's change feed (ABI 1.4) carries others' changes (else: polling).
+  bool change_feed = false;
+  /// Gaps the feed reported (each re-read every watched Task).
+  uint64_t change_feed_gaps = 0;
+  /// Store reads made to learn of others' changes (feed re-reads or polls).
+  uint64_t watch_rereads = 0;
 };
 
 /// A server's metrics. Thread-safe; recording never locks.

@@ -39,6 +39,7 @@ void TaskWatch::start() {
   started_ = true;
   try {
     feed_ = store_->watch_changes([this](const StoreChange &c) { on_change(c); });
+    has_feed_ = feed_ != nullptr;
   } catch (const std::exception &e) {
     log_.warn(std::string("the store's change feed did not start (watching Tasks by polling instead): ") + e.what());
   }
@@ -313,6 +314,7 @@ void TaskWatch::on_change(const StoreChange &c) {
   std::vector<std::string> ids;
   uint64_t wanted = UINT64_MAX;
   if (c.kind == StoreChange::Kind::gap) {
+    ++feed_gaps_;
     for (Shard &s : shards_) {
       std::lock_guard<std::mutex> lock(s.mu);
       for (auto &kv : s.entries) ids.push_back(kv.first);

@@ -198,9 +198,11 @@ class TaskWatch {
   /// Subscribers registered.
   std::size_t subscribers() const noexcept { return n_subs_.load(); }
   /// True when the store's change feed carries others' changes (no polling).
-  bool has_feed() const noexcept { return feed_ != nullptr; }
+  bool has_feed() const noexcept { return has_feed_.load(); }
   /// Store reads made to learn of others' changes (polls and feed re-reads).
   uint64_t rereads() const noexcept { return rereads_.load(); }
+  /// Gaps the change feed reported.
+  uint64_t feed_gaps() const noexcept { return feed_gaps_.load(); }
   /// Gives back `sub`'s place under max_subscribers now, before it is
   /// dropped: a subscriber calls it just before it ends its stream, so that
   /// a client opening its next stream as soon as it reads the end is not
@@ -289,6 +291,8 @@ class TaskWatch {
   std::condition_variable stale_cv_;
   std::unordered_map<std::string, uint64_t> stale_;
   std::atomic<uint64_t> rereads_{0};
+  std::atomic<uint64_t> feed_gaps_{0};
+  std::atomic<bool> has_feed_{false};
 };
 
 }  // namespace toolnexus::server_detail
