@@ -64,10 +64,6 @@
 //       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
 //       changes the database or an existing -wal: with a -wal beside the
 //       file at open, no connection checkpoints on close (Options::keep_wal).
-//   missing_wal=refuse|accept                    default refuse
-//       What to do with a database whose write-ahead log is missing: see
-//       "A database without its -wal" below. refuse fails open() with
-//       TNX_ECORRUPT naming both files; accept opens the database as it is.
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 3, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -133,16 +129,6 @@
 //   busy_timeout_ms (polling with short sleeps) and then fails with TNX_EIO.
 //
 // ===========================================================================
-// A database without its -wal (missing_wal.hpp)
-// ===========================================================================
-// Every writer in WAL mode holds "<path>-tnxlock" shared (flock) and sets
-// tnx_meta('clean_close') to 0 at open, checkpointed into the file; the last
-// one to close (it gets the lock exclusively) sets it to 1 and checkpoints
-// (TRUNCATE). An opener alone on a file that says 0 with no -wal beside it
-// refuses with TNX_ECORRUPT unless missing_wal=accept, and changes nothing.
-// tnx_meta is created with IF NOT EXISTS: older versions ignore it.
-//
-// ===========================================================================
 // list
 // ===========================================================================
 // One statement per page, an index range scan in list order with LIMIT
@@ -159,7 +145,6 @@
 #include "toolnexus/plugin.hpp"
 
 #include "../common/wakeup.hpp"
-#include "missing_wal.hpp"
 
 #include <sqlite3.h>
 
@@ -238,8 +223,6 @@ struct Options {
   /// at open the close may checkpoint: it removes the empty -wal (and -shm)
   /// the open made, and folds only what a writer saved during the read.
   bool keep_wal = false;
-  /// missing_wal=accept: open a database whose -wal is missing as it is.
-  bool accept_missing_wal = false;
 };
 
 const char *sync_name(Sync s) {
@@ -319,7 +302,7 @@ Options parse_location(std::string_view location) {
 
   unsigned seen = 0;
   static const char *const kNames[] = {"synchronous", "busy_timeout_ms", "journal",
-                                       "pool_size",   "max_batch",       "mode", "missing_wal"};
+                                       "pool_size",   "max_batch",       "mode"};
   // "path?" alone has no options; otherwise every '&'-separated item must be
   // name=value (so "a=1&" and "&a=1" are errors, not silently accepted).
   bool more = q != std::string_view::npos && !rest.empty();
@@ -336,11 +319,11 @@ Options parse_location(std::string_view location) {
                                   std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
-    while (index < 7 && name != kNames[index]) ++index;
-    if (index == 7)
+    while (index < 6 && name != kNames[index]) ++index;
+    if (index == 6)
       throw Error(TNX_EINVAL, "sqlite: unknown option " + quote(name) +
                                   " (known: synchronous, busy_timeout_ms, journal, pool_size, "
-                                  "max_batch, mode, missing_wal)");
+                                  "max_batch, mode)");
     if (seen & (1u << index))
       throw Error(TNX_EINVAL, "sqlite: option " + std::string(name) + " given twice");
     seen |= 1u << index;
@@ -370,15 +353,10 @@ Options parse_location(std::string_view location) {
       case 4:
         o.max_batch = static_cast<size_t>(parse_int(name, value, 1, 1000, "an integer 1..1000"));
         break;
-      case 5:
+      default:
         if (v == "rw") o.read_only = false;
         else if (v == "ro") o.read_only = true;
         else bad_value(name, value, "rw or ro");
-        break;
-      default:
-        if (v == "refuse") o.accept_missing_wal = false;
-        else if (v == "accept") o.accept_missing_wal = true;
-        else bad_value(name, value, "refuse or accept");
         break;
     }
   }
@@ -1152,15 +1130,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
                                                                                               : "a special file") +
                                   "); give the path of a database file");
     }
-    // Alone on the file (no toolnexus writer has it open), with no -wal
-    // beside it: whether its last writer closed it cleanly is checked below.
-    const bool alone = lock_.open_and_try_alone(opt_.path, opt_.read_only);
-    const bool check_wal = alone && !opt_.accept_missing_wal && !tnx_sqlite::wal_file_exists(opt_.path);
     writer_ = std::make_unique<Conn>(opt_, Conn::Role::Writer);
     Conn &w = *writer_;
-    if (check_wal) refuse_if_wal_missing(w);
-    if (opt_.read_only) lock_.release();
-    else lock_.share();
     // A file the process cannot write to opens read-only: behave as mode=ro.
     if (!opt_.read_only && sqlite3_db_readonly(w.db(), "main") == 1) {
       read_only_ = true;
@@ -1171,7 +1142,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
       read_only_why_ = opt_.host_read_only ? "opened read-only for inspection" : "opened with mode=ro";
     }
     set_up(w);
-    if (!read_only_ && opt_.journal == Journal::Wal) mark_open(w);
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
@@ -1185,47 +1155,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
   }
 
   ~SqliteStore() override = default;
-
-  /// Throws TNX_ECORRUPT (missing_wal_message) when the file says its last
-  /// writer did not close it (tnx_meta clean_close = 0). Reads only.
-  void refuse_if_wal_missing(Conn &w) {
-    if (w.query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tnx_meta'",
-                    "sqlite: open") == 0)
-      return;  // a new file, or one made before the marker
-    if (w.query_int("SELECT count(*) FROM tnx_meta WHERE key = 'clean_close' AND value = 0", "sqlite: open") == 0)
-      return;
-    throw Error(TNX_ECORRUPT, tnx_sqlite::missing_wal_message(opt_.path));
-  }
-
-  /// A writer is open: clean_close = 0, checkpointed into the file itself
-  /// (a copy of the file alone must say so; SQLite's own checkpoint comes
-  /// only after 1000 pages). PASSIVE waits for nobody. Retried while busy.
-  void mark_open(Conn &w) { set_clean_close(w, 0, SQLITE_CHECKPOINT_PASSIVE); }
-
-  /// Sets tnx_meta clean_close to `value` (creating the table if needed),
-  /// then checkpoints with `checkpoint` (SQLITE_CHECKPOINT_*). Retried while
-  /// the database is busy, up to busy_timeout_ms; throws SqlError after.
-  void set_clean_close(Conn &w, int value, int checkpoint) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int attempt = 0;; ++attempt) {
-      try {
-        w.exec("CREATE TABLE IF NOT EXISTS tnx_meta (key TEXT PRIMARY KEY NOT NULL, value) WITHOUT ROWID",
-               "sqlite: open");
-        w.exec(("INSERT INTO tnx_meta (key, value) VALUES ('clean_close', " + std::to_string(value) +
-                ") ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                   .c_str(),
-               "sqlite: open");
-        break;
-      } catch (const SqlError &e) {
-        const int primary = e.rc & 0xff;
-        if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) ||
-            std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(opt_.busy_timeout_ms))
-          throw;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1 << (attempt < 4 ? attempt : 4)));
-      }
-    }
-    sqlite3_wal_checkpoint_v2(w.db(), nullptr, checkpoint, nullptr, nullptr);
-  }
 
   /// `o` with keep_wal set for a read-only open of a database that has a
   /// -wal beside it (looked at before any connection could make one).
@@ -1371,14 +1300,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
       readers.swap(idle_);
     }
     readers.clear();
-    if (writer_ && !read_only_ && opt_.journal == Journal::Wal && lock_.try_last()) {
-      // The last writer: the file alone is complete from here on.
-      try {
-        set_clean_close(*writer_, 1, SQLITE_CHECKPOINT_TRUNCATE);
-      } catch (const std::exception &) {
-        // The saves are committed; only the marker is stale (see above).
-      }
-    }
     if (writer_) {
       const int rc = writer_->close();
       if (rc != SQLITE_OK) {
@@ -1388,7 +1309,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
       }
       writer_.reset();
     }
-    lock_.release();
   }
 
  private:
@@ -1815,8 +1735,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
   // Writer side: wmu_ guards the queue (head_..tail_), leader_ and
   // WriteReq::next/lead of queued requests; ws_, writer_ and the requests of
   // the batch being run are used by the current leader only (see submit()).
-  /// "<path>-tnxlock", held shared while this writer is open (missing_wal.hpp).
-  tnx_sqlite::WriterLock lock_;
   std::unique_ptr<Conn> writer_;
   WriterStmts ws_;
   std::mutex wmu_;
