@@ -255,3 +255,30 @@ TEST_CASE("malformed a2a.allowed_hosts / a2a.allowed_origins entries are refused
   o.card.allowed_origins = {"*", "https://console.example.com", "http://127.0.0.1:3000", "https://[2001:db8::1]"};
   CHECK_NOTHROW(toolnexus::serve(o));
 }
+
+TEST_CASE("behind a trusted proxy, the nearest proxy's forwarded value counts, not one a client sent ahead of it") {
+  auto o = test_options();
+  o.card.trust_forwarded = true;
+  auto server = toolnexus::serve(o);
+  const int port = port_of(server.url());
+  const std::string upstream = "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+  auto card_url = [&](const std::string &fields) {
+    HttpResponse r = send(port, "GET /.well-known/agent-card.json", upstream + fields);
+    REQUIRE(r.status == 200);
+    return std::string(parse(r.body)["url"].GetString());
+  };
+  // A proxy appends its element (RFC 7239 section 4): the client's own comes first.
+  CHECK(card_url("Forwarded: host=evil.example;proto=https, host=agents.example.com;proto=https\r\n") ==
+        "https://agents.example.com/");
+  CHECK(card_url("Forwarded: host=evil.example\r\nForwarded: host=agents.example.com;proto=https\r\n") ==
+        "https://agents.example.com/");
+  CHECK(card_url("X-Forwarded-Proto: http, https\r\nX-Forwarded-Host: evil.example, agents.example.com\r\n") ==
+        "https://agents.example.com/");
+  CHECK(card_url("X-Forwarded-Host: evil.example\r\nX-Forwarded-Host: agents.example.com\r\nX-Forwarded-Proto: https\r\n") ==
+        "https://agents.example.com/");
+  // And the origin a page on the proxy's public name has is this server's.
+  CHECK(send(port, "GET /tasks", upstream + "Forwarded: host=evil.example;proto=https, host=agents.example.com;proto=https\r\n"
+                                            "Origin: https://agents.example.com\r\n").status == 200);
+  CHECK(send(port, "GET /tasks", upstream + "Forwarded: host=agents.example.com;proto=https, host=evil.example;proto=https\r\n"
+                                            "Origin: https://agents.example.com\r\n").status == 403);
+}

@@ -13,6 +13,7 @@
 #include <Poco/Net/NetException.h>
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/Net/SocketAddress.h>
+#include <Poco/String.h>
 #include <Poco/URI.h>
 
 #include <algorithm>
@@ -166,15 +167,23 @@ class HeaderAddingResponder final : public Responder {
   Responder &inner_;
 };
 
+// The value of the last `name` field line of `head` (empty when none): a
+// proxy appends its own (RFC 7239 section 4), so the last is the nearest's.
+const std::string &last_field(const Poco::Net::HTTPRequest &head, const std::string &name) {
+  const std::string *last = &Poco::Net::HTTPMessage::EMPTY;
+  for (auto it = head.find(name); it != head.end() && Poco::icompare(it->first, name) == 0; ++it) last = &it->second;
+  return *last;
+}
+
 // How the request reached this server: its Host and forwarded fields (views
 // into `req`) and the local side of its connection.
 CardRequest request_view(const HttpRequest &req) {
   const std::string &empty = Poco::Net::HTTPMessage::EMPTY;
   CardRequest how;
   how.host = req.head.get("Host", empty);
-  how.forwarded = req.head.get("Forwarded", empty);
-  how.x_forwarded_proto = req.head.get("X-Forwarded-Proto", empty);
-  how.x_forwarded_host = req.head.get("X-Forwarded-Host", empty);
+  how.forwarded = last_field(req.head, "Forwarded");
+  how.x_forwarded_proto = last_field(req.head, "X-Forwarded-Proto");
+  how.x_forwarded_host = last_field(req.head, "X-Forwarded-Host");
   describe_local(req.local, how);
   return how;
 }

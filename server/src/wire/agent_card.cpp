@@ -38,8 +38,12 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// First element of a comma-separated header value.
-std::string_view first_of(std::string_view s) { return trim(s.substr(0, s.find(','))); }
+// Last element of a comma-separated header value: what the nearest proxy
+// appended (RFC 7239 section 4; X-Forwarded-* by the same custom).
+std::string_view last_of(std::string_view s) {
+  const auto comma = s.rfind(',');
+  return trim(comma == std::string_view::npos ? s : s.substr(comma + 1));
+}
 
 bool valid_host(std::string_view h) {
   if (h.empty() || h.size() > 255) return false;
@@ -51,12 +55,12 @@ bool valid_host(std::string_view h) {
   return true;
 }
 
-// proto= / host= of the first element of an RFC 7239 Forwarded header.
-std::string_view forwarded_param(std::string_view forwarded, std::string_view name) {
-  std::string_view first = first_of(forwarded);
-  while (!first.empty()) {
-    const auto semi = first.find(';');
-    std::string_view pair = trim(first.substr(0, semi));
+// The value of parameter `name` (proto=, host=) in one element of an RFC 7239
+// Forwarded header ("" when the element has none).
+std::string_view element_param(std::string_view element, std::string_view name) {
+  while (!element.empty()) {
+    const auto semi = element.find(';');
+    std::string_view pair = trim(element.substr(0, semi));
     const auto eq = pair.find('=');
     if (eq != std::string_view::npos) {
       std::string_view key = trim(pair.substr(0, eq));
@@ -69,7 +73,22 @@ std::string_view forwarded_param(std::string_view forwarded, std::string_view na
       }
     }
     if (semi == std::string_view::npos) break;
-    first = first.substr(semi + 1);
+    element = element.substr(semi + 1);
+  }
+  return {};
+}
+
+// proto= / host= of an RFC 7239 Forwarded header: from the last element that
+// has it. Proxies append their element (section 4), so one a client sent
+// ahead of them never wins over what a proxy said; a proxy that adds only
+// for= leaves the host an earlier proxy of the chain recorded.
+std::string_view forwarded_param(std::string_view forwarded, std::string_view name) {
+  while (!forwarded.empty()) {
+    const auto comma = forwarded.rfind(',');
+    const std::string_view element = comma == std::string_view::npos ? forwarded : forwarded.substr(comma + 1);
+    if (std::string_view v = element_param(element, name); !v.empty()) return v;
+    if (comma == std::string_view::npos) break;
+    forwarded = forwarded.substr(0, comma);
   }
   return {};
 }
@@ -188,10 +207,10 @@ std::string_view forwarded_host(const AgentCardOptions &options, const CardReque
   scheme = "http";
   if (!options.trust_forwarded) return {};
   std::string_view proto = forwarded_param(request.forwarded, "proto");
-  if (proto.empty()) proto = first_of(request.x_forwarded_proto);
+  if (proto.empty()) proto = last_of(request.x_forwarded_proto);
   if (same_text(proto, "https")) scheme = "https";
   std::string_view h = forwarded_param(request.forwarded, "host");
-  if (!valid_host(h)) h = first_of(request.x_forwarded_host);
+  if (!valid_host(h)) h = last_of(request.x_forwarded_host);
   std::string_view name, port;
   if (valid_host(h) && split_host(h, name, port) &&
       (options.allowed_hosts.empty() || is_allowed_host(h, options.allowed_hosts, scheme == "https" ? 443 : 80)))

@@ -61,7 +61,10 @@ struct CardRequest {
 ///  1. options.public_url when set;
 ///  2. only with options.trust_forwarded (a proxy in front sets them): the
 ///     scheme from Forwarded proto= / X-Forwarded-Proto (http or https),
-///     the host from Forwarded host= / X-Forwarded-Host, when it is a
+///     the host from Forwarded host= / X-Forwarded-Host, taken from the last
+///     field line (the caller passes it) and in it from the last element
+///     that has it (the nearest proxy appends its own, RFC 7239 section 4),
+///     when it is a
 ///     well-formed host and, if options.allowed_hosts is not empty, one of
 ///     them;
 ///  3. the Host header when it names this server: an entry of
