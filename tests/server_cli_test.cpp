@@ -494,6 +494,18 @@ void check_reconnect_frame(const SseEvent &e, const std::string &task, const std
   CHECK(std::string(md["lastEventId"].GetString()) == last_id);
 }
 
+// The first three events of a streamed echo (the Task, working, the first
+// chunk); fails naming the child's stderr when the stream ends before.
+std::vector<SseEvent> first_three_events(SseReader &sse, const Child &child) {
+  std::vector<SseEvent> events;
+  while (events.size() < 3) {
+    auto e = sse.next(5000ms);
+    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << child.err_buf);
+    events.push_back(*e);
+  }
+  return events;
+}
+
 }  // namespace
 
 TEST_CASE("SIGTERM mid-Task: the Task's stream stays open through the drain and ends with the Task's last event") {
@@ -502,12 +514,7 @@ TEST_CASE("SIGTERM mid-Task: the Task's stream stays open through the drain and 
   const std::string url = url_from(a.first_stdout_line());
   Connection conn(port_of(url));
   SseReader sse(conn, stream_request("one two three four"));
-  std::vector<SseEvent> events;
-  while (events.size() < 3) {  // the Task, working, the first chunk
-    auto e = sse.next(5000ms);
-    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
-    events.push_back(*e);
-  }
+  std::vector<SseEvent> events = first_three_events(sse, a);  // the Task, working, the first chunk
   REQUIRE(::kill(a.pid, SIGTERM) == 0);
   // The run goes on for about another 1.2 s; the stream with it.
   for (auto &e : sse.rest(10000ms)) events.push_back(e);
@@ -568,12 +575,7 @@ TEST_CASE("SIGTERM: a stream of a Task not running here, or outliving the drain,
     const std::string url = url_from(a.first_stdout_line());
     Connection conn(port_of(url));
     SseReader sse(conn, stream_request("one two three four"));
-    std::vector<SseEvent> events;
-    while (events.size() < 3) {
-      auto e = sse.next(5000ms);
-      REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
-      events.push_back(*e);
-    }
+    std::vector<SseEvent> events = first_three_events(sse, a);  // the Task, working, the first chunk
     const std::string task = parse(events[0].data)["result"]["task"]["id"].GetString();
     REQUIRE(::kill(a.pid, SIGTERM) == 0);
     auto rest = sse.rest(10000ms);
@@ -692,12 +694,7 @@ TEST_CASE("--admin-listen: /readyz answers 503 from the start of the drain after
 
   Connection conn(port_of(url));
   SseReader sse(conn, stream_request("one two three four"));
-  std::vector<SseEvent> events;
-  while (events.size() < 3) {  // the Task, working, the first chunk
-    auto e = sse.next(5000ms);
-    REQUIRE_MESSAGE(e.has_value(), "the stream ended early; stderr: " << a.err_buf);
-    events.push_back(*e);
-  }
+  std::vector<SseEvent> events = first_three_events(sse, a);  // the Task, working, the first chunk
   REQUIRE(::kill(a.pid, SIGTERM) == 0);
   HttpResponse draining;
   REQUIRE(eventually([&] { return (draining = readyz()).status == 503; }, 5000ms));
