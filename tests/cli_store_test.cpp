@@ -9,12 +9,15 @@
 
 #include <rapidjson/document.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace toolnexus;
@@ -535,5 +538,38 @@ TEST_CASE("store put refuses a running Task no server runs, or imports it as the
   // The help says it.
   Run h = run({"store", "--help"});
   CHECK(h.out.find("--running-as STATE") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("store check says when a sqlite file was copied without the -wal that holds its latest Tasks") {
+  fs::path dir = temp_dir();
+  const std::string db = (dir / "live.db").string(), copy = (dir / "copy.db").string();
+  // A server holds the store open; `store put` adds a Task through the -wal.
+  const fs::path server_out = dir / "serve.out";
+  const std::string serve = sh_quote(kBin) + " serve --listen 127.0.0.1:0 --store " + sh_quote("sqlite:" + db) +
+                            " >" + sh_quote(server_out.string()) + " 2>/dev/null & echo $!";
+  FILE *p = ::popen(serve.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char pid_text[32] = "";
+  REQUIRE(std::fgets(pid_text, sizeof pid_text, p) != nullptr);
+  ::pclose(p);
+  const pid_t server = static_cast<pid_t>(std::strtol(pid_text, nullptr, 10));
+  REQUIRE(server > 0);
+  for (int i = 0; i < 500 && slurp(server_out).find("listening on") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(slurp(server_out).find("listening on") != std::string::npos);
+  CHECK(run({"store", "put", "sqlite:" + db}, task_json("t1", "c", "completed", 1)).code == 0);
+  fs::copy_file(db, copy);
+
+  Run r = run({"store", "check", "sqlite:" + copy});
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK_MESSAGE(r.err.find("'" + copy + "' is missing its write-ahead log") != std::string::npos, r.err);
+  // The original, with its -wal, is sound; so is the copy once the loss is accepted (and it lists nothing).
+  CHECK(run({"store", "check", "sqlite:" + db}).out == "1 sound, 0 bad\n");
+  CHECK(run({"store", "check", "sqlite:" + copy + "?missing_wal=accept"}).out == "0 sound, 0 bad\n");
+  // Not our child (the shell started it): wait until it is gone.
+  ::kill(server, SIGTERM);
+  for (int i = 0; i < 500 && ::kill(server, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   fs::remove_all(dir);
 }

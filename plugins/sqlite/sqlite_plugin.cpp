@@ -64,6 +64,13 @@
 //       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
 //       changes the database or an existing -wal: with a -wal beside the
 //       file at open, no connection checkpoints on close (Options::keep_wal).
+//   missing_wal=refuse|accept                    default refuse
+//       A database in WAL mode whose file says saves were made after its last
+//       checkpoint, with no -wal holding them beside it (copied with cp, or its
+//       -wal removed, while a store had it open: wal_guard.hpp), fails open()
+//       with TNX_ECORRUPT naming both files: those saves are not in it. accept
+//       opens it as it is (the loss accepted); a read-write open then marks
+//       the file complete, so later opens need no option.
 //
 // ===========================================================================
 // Schema (PRAGMA user_version = 3, PRAGMA application_id = 0x544E5853 "TNXS")
@@ -86,6 +93,10 @@
 //     filled by trigger tnx_tasks_tombstone AFTER DELETE ON tnx_tasks: the
 //     last version of a deleted id, so that a re-created id continues its
 //     numbering (a version is never reused for an id: no ABA for CAS users).
+//   CREATE TABLE tnx_wal_state (only = 1, epoch, wal_required)
+//     one row saying whether the main file alone lacks saves that are in the
+//     -wal (wal_guard.hpp). Created by any read-write open that finds it
+//     missing, without a user_version change (older plugins ignore it).
 //   CREATE TABLE tnx_counts (owner, tenant, state, n,
 //                            PRIMARY KEY (owner, tenant, state)) WITHOUT ROWID
 //     how many Tasks each (owner, tenant, state) has, kept by the triggers
@@ -145,6 +156,7 @@
 #include "toolnexus/plugin.hpp"
 
 #include "../common/wakeup.hpp"
+#include "wal_guard.hpp"
 
 #include <sqlite3.h>
 
@@ -176,6 +188,8 @@ using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::RecordOut;
 using toolnexus::sdk::view;
+using toolnexus_sqlite::WalCheck;
+using toolnexus_sqlite::WalGuard;
 
 /// Current schema version (PRAGMA user_version).
 constexpr int64_t kSchemaVersion = 3;
@@ -223,6 +237,8 @@ struct Options {
   /// at open the close may checkpoint: it removes the empty -wal (and -shm)
   /// the open made, and folds only what a writer saved during the read.
   bool keep_wal = false;
+  /// missing_wal=accept: open a WAL database that lacks its -wal's saves.
+  bool accept_missing_wal = false;
 };
 
 const char *sync_name(Sync s) {
@@ -302,7 +318,8 @@ Options parse_location(std::string_view location) {
 
   unsigned seen = 0;
   static const char *const kNames[] = {"synchronous", "busy_timeout_ms", "journal",
-                                       "pool_size",   "max_batch",       "mode"};
+                                       "pool_size",   "max_batch",       "mode",
+                                       "missing_wal"};
   // "path?" alone has no options; otherwise every '&'-separated item must be
   // name=value (so "a=1&" and "&a=1" are errors, not silently accepted).
   bool more = q != std::string_view::npos && !rest.empty();
@@ -319,11 +336,11 @@ Options parse_location(std::string_view location) {
                                   std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
-    while (index < 6 && name != kNames[index]) ++index;
-    if (index == 6)
+    while (index < 7 && name != kNames[index]) ++index;
+    if (index == 7)
       throw Error(TNX_EINVAL, "sqlite: unknown option " + quote(name) +
                                   " (known: synchronous, busy_timeout_ms, journal, pool_size, "
-                                  "max_batch, mode)");
+                                  "max_batch, mode, missing_wal)");
     if (seen & (1u << index))
       throw Error(TNX_EINVAL, "sqlite: option " + std::string(name) + " given twice");
     seen |= 1u << index;
@@ -353,10 +370,15 @@ Options parse_location(std::string_view location) {
       case 4:
         o.max_batch = static_cast<size_t>(parse_int(name, value, 1, 1000, "an integer 1..1000"));
         break;
-      default:
+      case 5:
         if (v == "rw") o.read_only = false;
         else if (v == "ro") o.read_only = true;
         else bad_value(name, value, "rw or ro");
+        break;
+      default:
+        if (v == "refuse") o.accept_missing_wal = false;
+        else if (v == "accept") o.accept_missing_wal = true;
+        else bad_value(name, value, "refuse or accept");
         break;
     }
   }
@@ -1142,6 +1164,16 @@ class SqliteStore final : public toolnexus::sdk::Store {
       read_only_why_ = opt_.host_read_only ? "opened read-only for inspection" : "opened with mode=ro";
     }
     set_up(w);
+    if (!read_only_) {
+      if (opt_.journal == Journal::Wal) {
+        guard_ = std::make_unique<WalGuard>(w.db());
+        guard_->checkpoint_now();
+      } else {
+        // A rollback journal keeps the main file complete: nothing to warn
+        // of if the file goes back to WAL mode later.
+        w.exec("UPDATE tnx_wal_state SET wal_required = 0 WHERE wal_required <> 0", "sqlite: open");
+      }
+    }
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
@@ -1300,6 +1332,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
       readers.swap(idle_);
     }
     readers.clear();
+    if (guard_) guard_->before_close();
     if (writer_) {
       const int rc = writer_->close();
       if (rc != SQLITE_OK) {
@@ -1368,8 +1401,10 @@ class SqliteStore final : public toolnexus::sdk::Store {
     const auto limit = std::chrono::milliseconds(opt_.busy_timeout_ms);
     for (int attempt = 0;; ++attempt) {
       try {
+        refuse_missing_wal(w);
         if (!read_only_) configure_writer(w);
         ensure_schema(w);
+        if (!read_only_) ensure_wal_state(w);
         return;
       } catch (const SqlError &e) {
         const int primary = e.rc & 0xff;
@@ -1381,6 +1416,39 @@ class SqliteStore final : public toolnexus::sdk::Store {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - waited);
         std::this_thread::sleep_for(nap < left ? nap : left);
       }
+    }
+  }
+
+  /// Throws TNX_ECORRUPT for a WAL database whose saves since its last
+  /// checkpoint are missing (wal_guard.hpp), unless missing_wal=accept; a
+  /// busy read throws SqlError for set_up to retry.
+  void refuse_missing_wal(Conn &w) {
+    int rc = SQLITE_OK;
+    const WalCheck c = toolnexus_sqlite::check_missing_wal(w.db(), opt_.path, &rc);
+    if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) throw w.error(rc, "sqlite: open");
+    if (c != WalCheck::MissingWal || opt_.accept_missing_wal) return;
+    throw Error(TNX_ECORRUPT,
+                "sqlite: database '" + opt_.path + "' is missing its write-ahead log: the file says " +
+                    "Tasks were saved after its last checkpoint, and no '" + opt_.path +
+                    "-wal' holding them is beside it (the file was copied, or its -wal removed, while a "
+                    "store had it open), so those Tasks are not in it. Put the -wal that belongs to it "
+                    "back beside it (copy both files while no process has the store open, or copy with "
+                    "sqlite3's .backup or VACUUM INTO, which need no -wal); to open the file as it is "
+                    "and accept the loss, add ?missing_wal=accept to the selector once");
+  }
+
+  /// Creates tnx_wal_state when a read-write open finds it missing.
+  void ensure_wal_state(Conn &w) {
+    const char *probe = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tnx_wal_state'";
+    if (w.query_int(probe, "sqlite: open") != 0) return;
+    w.exec("BEGIN IMMEDIATE", "sqlite: open");
+    try {
+      w.exec(toolnexus_sqlite::kWalStateSql, "sqlite: creating tnx_wal_state");
+      w.exec("COMMIT", "sqlite: open");
+    } catch (...) {
+      if (sqlite3_get_autocommit(w.db()) == 0)
+        sqlite3_exec(w.db(), "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
     }
   }
 
@@ -1520,16 +1588,19 @@ class SqliteStore final : public toolnexus::sdk::Store {
         last->next = nullptr;
       }
       run_batch(first);
+      for (WriteReq *q = first; q != nullptr;) {
+        WriteReq *next = q->next;  // read before the wake lets the owner return
+        if (q != &r) q->wake.post();
+        q = next;
+      }
+      // The batch's callers have their answers; the connection is still
+      // ours alone for a checkpoint, if one is due.
+      if (guard_) guard_->after_commit();
       {
         std::lock_guard<std::mutex> lk(wmu_);
         next_leader = head_;
         if (next_leader != nullptr) next_leader->lead = true;
         else leader_ = false;
-      }
-      for (WriteReq *q = first; q != nullptr;) {
-        WriteReq *next = q->next;  // read before the wake lets the owner return
-        if (q != &r) q->wake.post();
-        q = next;
       }
       if (next_leader != nullptr) next_leader->wake.post();
     }
@@ -1736,6 +1807,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
   // WriteReq::next/lead of queued requests; ws_, writer_ and the requests of
   // the batch being run are used by the current leader only (see submit()).
   std::unique_ptr<Conn> writer_;
+  /// The writer's checkpoints (journal=wal, read-write only), else null.
+  std::unique_ptr<WalGuard> guard_;
   WriterStmts ws_;
   std::mutex wmu_;
   WriteReq *head_ = nullptr, *tail_ = nullptr;
@@ -1768,14 +1841,17 @@ const tnx_plugin_descriptor kDescriptor = {
     "options: synchronous=full|extra|normal|off (default full; only full/extra are durable), "
     "busy_timeout_ms=0..3600000 (default 5000), journal=wal|delete|truncate|persist "
     "(default wal), pool_size=1..64 idle read connections (default 64), max_batch=1..1000 "
-    "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw)",
+    "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw), "
+    "missing_wal=refuse|accept (default refuse: a file copied without the -wal holding its "
+    "latest saves fails to open)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
         TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT,
     &toolnexus::sdk::open_trampoline<open_sqlite>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "sqlite:<path>[?synchronous=full|extra|normal|off&busy_timeout_ms=N"
-    "&journal=wal|delete|truncate|persist&pool_size=N&max_batch=N&mode=rw|ro]",
+    "&journal=wal|delete|truncate|persist&pool_size=N&max_batch=N&mode=rw|ro"
+    "&missing_wal=refuse|accept]",
 };
 
 }  // namespace
