@@ -10,7 +10,8 @@
 //     lost update (every accepted message is in the history), no terminal
 //     state overwritten;
 //   - a cancel received by B stops the executor running the Task on A within
-//     the cancel poll bound, and A never overwrites canceled;
+//     the cancel poll bound, and A never overwrites canceled; on sqlite (two
+//     stores on one file) the change feed tells A with no poll at all;
 //   - a Task of a dead replica (expired lease) is settled, a running
 //     replica's Task is not;
 //   - the database goes down and comes back while both servers run:
@@ -23,6 +24,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "postgres/pg_test_util.hpp"
 #include "server_test_support.hpp"
+#include "test_util.hpp"
 
 #include <signal.h>
 #include <spawn.h>
@@ -528,4 +530,42 @@ TEST_CASE("a subscriber on replica B gets every event of a Task running on repli
   MESSAGE("replica B streamed the completion " << static_cast<double>(seen_at - completed_at) / 1000.0
                                                 << " ms after replica A saved it");
   CHECK(seen_at - completed_at < 1000 * 1000);
+}
+
+TEST_CASE("a cancel through replica B reaches the executor on replica A through the change feed (sqlite, no poll)") {
+  // Two replicas on one sqlite file, each with its own store (and its own
+  // change-feed watcher). The cancel poll and the lease renewal are both a
+  // minute away: only the feed can tell A in time.
+  auto slow = std::make_shared<Slow>();
+  const auto dir = tnx_test::temp_dir("tnx-rep-sqlite");
+  const std::string sel = "sqlite:" + (dir / "tasks.db").string();
+  auto oa = test_options();
+  oa.executor = slow;
+  oa.workers = 1;
+  oa.lease.lease_ms = 120000;
+  oa.lease.renew_interval_ms = 60000;
+  oa.lease.cancel_poll_ms = 60000;
+  oa.store = sel;
+  auto ob = test_options();
+  ob.store = sel;
+  auto a = toolnexus::serve(std::move(oa));
+  auto b = toolnexus::serve(std::move(ob));
+  Client ca(a.url()), cb(b.url());
+  const std::string id = task_id(ca.send("long job"));
+  REQUIRE(eventually([&] { return slow->entered.load() == 1; }));
+  REQUIRE(eventually([&] { return state_of(cb.get_task(id)) == "working"; }, 2000ms));
+
+  const auto t0 = Clock::now();
+  REQUIRE(state_of(cb.call("CancelTask", R"({"id":)" + q(id) + "}")) == "canceled");
+  // A liveness margin far below the 60 s poll, not a goal (printed).
+  REQUIRE(eventually([&] { return slow->cancel_seen_at_ns.load() != 0; }, 20000ms));
+  const double seen_ms =
+      std::chrono::duration<double, std::milli>(Clock::time_point(Clock::duration(slow->cancel_seen_at_ns.load())) - t0)
+          .count();
+  MESSAGE("sqlite: replica A saw the cancel " << seen_ms << " ms after replica B answered it (cancel poll: 60 s)");
+  CHECK(slow->returned.load() == 1);
+  CHECK(state_of(ca.get_task(id)) == "canceled");
+  a.stop();
+  b.stop();
+  std::filesystem::remove_all(dir);
 }

@@ -28,7 +28,10 @@ using namespace lifecycle_detail;
 void TaskLifecycle::renew_due() {
   const int64_t now = now_us();
   const int64_t due_before = now - int64_t{options_.renew_interval_ms} * 1000;
-  const int64_t check_before = now - int64_t{options_.cancel_poll_ms} * 1000;
+  // With a change feed a running Task is re-read when the feed says it
+  // changed (ActiveTask::recheck); without one, every cancel_poll_ms.
+  const int64_t check_before =
+      feed_ ? std::numeric_limits<int64_t>::min() : now - int64_t{options_.cancel_poll_ms} * 1000;
   const int64_t working_before = now - int64_t{options_.progress_interval_ms} * 1000;
   std::vector<std::pair<std::string, std::shared_ptr<ActiveTask>>> due, check, working;
   {
@@ -47,7 +50,8 @@ void TaskLifecycle::renew_due() {
         working.emplace_back(kv.first, kv.second);
       if (kv.second->lease_written_us.load() <= due_before) due.emplace_back(kv.first, kv.second);
       else if (!kv.second->cancel.load() &&
-               std::max(kv.second->lease_written_us.load(), kv.second->checked_us.load()) <= check_before)
+               (kv.second->recheck.exchange(false) ||
+                std::max(kv.second->lease_written_us.load(), kv.second->checked_us.load()) <= check_before))
         check.emplace_back(kv.first, kv.second);
     }
   }
@@ -221,11 +225,13 @@ void TaskLifecycle::renewer_loop() {
     // Wakes every tick, and when a held progress report falls due.
     const Clock::time_point flush = Clock::time_point(Clock::duration(next_flush_.load()));
     const Clock::time_point wake = std::min(next_tick, flush);
-    if (Clock::now() < wake) {
+    if (Clock::now() < wake && !recheck_now_) {
       maint_cv_.wait_until(lock, wake);
-      continue;  // woken early (a sooner report, a stop) or on time: look again
+      continue;  // woken early (a sooner report, a feed's news, a stop) or on time: look again
     }
-    const bool renew = Clock::now() >= next_tick;
+    const bool recheck = recheck_now_;
+    recheck_now_ = false;
+    const bool renew = Clock::now() >= next_tick || recheck;
     const bool flush_due = flush <= Clock::now();
     lock.unlock();
     try {

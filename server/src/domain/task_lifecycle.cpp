@@ -50,6 +50,31 @@ void TaskLifecycle::start() {
     workers_.push_back(start_named_thread("tnx-run", [this] { worker_loop(); }));
   renewer_ = start_named_thread("tnx-renew", [this] { renewer_loop(); });
   settler_ = start_named_thread("tnx-settle", [this] { settler_loop(); });
+  try {
+    feed_ = store_->watch_changes([this](const StoreChange &c) { on_store_change(c); });
+  } catch (const std::exception &e) {
+    log_.warn(std::string("the store's change feed did not start (checking running Tasks for cancels by polling "
+                          "instead): ") + e.what());
+  }
+}
+
+void TaskLifecycle::on_store_change(const StoreChange &c) {
+  bool marked = false;
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    if (c.kind == StoreChange::Kind::gap) {
+      for (auto &kv : active_) kv.second->recheck = marked = true;
+    } else {
+      auto it = active_.find(c.id);
+      if (it != active_.end()) it->second->recheck = marked = true;
+    }
+  }
+  if (!marked) return;
+  {
+    std::lock_guard<std::mutex> lock(maint_mu_);
+    recheck_now_ = true;
+  }
+  maint_cv_.notify_all();
 }
 
 void TaskLifecycle::begin_stop() {
@@ -108,6 +133,7 @@ void TaskLifecycle::stop() {
     for (auto &w : workers_) w.join();
     workers_.clear();
     for (WorkItem &item : left) fail_unstarted(item, "The server stopped before running this Task.");
+    feed_.reset();  // waits for a listener call in progress
     {
       std::lock_guard<std::mutex> lock(maint_mu_);
       stop_maintenance_ = true;

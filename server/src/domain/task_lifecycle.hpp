@@ -12,9 +12,11 @@
 // server sweeps the store (at start and every settle_interval_ms) for Tasks
 // in submitted/working whose lease expired and fails them with a status
 // message saying the server that ran them stopped. A live server renews well
-// before expiry, so its Tasks are never settled by another. The renewer also
-// re-reads every running Task at least every cancel_poll_ms: a cancel made
-// by another server stops the executor here within that bound.
+// before expiry, so its Tasks are never settled by another. A cancel made by
+// another server reaches the executor here through the store's change feed
+// (ABI 1.4): a change of a Task running here makes the renewer re-read it at
+// once (a feed gap: every running Task). Without a feed the renewer re-reads
+// every running Task at least every cancel_poll_ms instead.
 //
 // Pending requests: when an executor parks a Task in input-required, the
 // prompt and its request data are saved in metadata["toolnexus/pending"];
@@ -294,6 +296,9 @@ class TaskLifecycle {
     std::atomic<int64_t> lease_written_us{0};
     /// When the stored Task was last read by the renewer (0 = never).
     std::atomic<int64_t> checked_us{0};
+    /// The change feed said the stored Task changed: the renewer re-reads
+    /// it at its next pass (woken at once).
+    std::atomic<bool> recheck{false};
     /// When the executor started (0 = not yet).
     std::atomic<int64_t> started_us{0};
     /// "working" is in the store (saved by a progress save, the renewer,
@@ -390,6 +395,15 @@ class TaskLifecycle {
   std::mutex maint_mu_;
   std::condition_variable maint_cv_;
   bool stop_maintenance_ = false;
+  /// A Task running here has changed in the store (guarded by maint_mu_):
+  /// the renewer runs a pass now.
+  bool recheck_now_ = false;
+  /// The store's change feed, from start() to the end of stop(); null when
+  /// the store has none (the renewer then polls every cancel_poll_ms).
+  std::unique_ptr<ChangeSubscription> feed_;
+  /// A feed's news (any thread, must not block): marks a running Task, or
+  /// all of them on a gap, for re-reading and wakes the renewer.
+  void on_store_change(const StoreChange &c);
   /// When the renewer next flushes held progress (steady_clock ticks;
   /// max = nothing held).
   std::atomic<int64_t> next_flush_{std::numeric_limits<int64_t>::max()};
