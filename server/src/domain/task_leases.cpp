@@ -195,7 +195,17 @@ std::size_t TaskLifecycle::settle_expired() {
     q.deliver_corrupt = true;
     do {
       ListPage page = store_->list(q);
-      for (TaskRecord &rec : page.records) {
+      // Replicas sweeping at the same time each start at their own place in
+      // the page (a rotation by their instance id), so that they mostly
+      // settle different Tasks; a Task two reach anyway is settled once
+      // (compare-and-set: the later one re-reads it and finds it failed).
+      auto &recs = page.records;
+      if (recs.size() > 1)
+        std::rotate(recs.begin(),
+                    recs.begin() + static_cast<std::ptrdiff_t>(std::hash<std::string>{}(options_.instance_id) %
+                                                               recs.size()),
+                    recs.end());
+      for (TaskRecord &rec : recs) {
         if (rec.version == 0) {
           if (state == ts::kSubmitted)  // delivered to both passes: report once
             log_.warn("lease sweep: skipping an unreadable record '" + rec.id + "'" +
