@@ -178,7 +178,10 @@ class Listener {
     }
     PQsetNoticeProcessor(pg, [](void *, const char *) {}, nullptr);
     if (PQsetnonblocking(pg, 1) != 0) fail(pg, "cannot set up the listening connection");
-    const std::string listen = "LISTEN " + quote_ident(s_.channel);
+    // The session idles by design: a server's idle_session_timeout (14 and
+    // later) must not end it, or every timeout would cost a gap.
+    const std::string listen = std::string(PQserverVersion(pg) >= 140000 ? "SET idle_session_timeout = 0; " : "") +
+                               "LISTEN " + quote_ident(s_.channel);
     if (PQsendQuery(pg, listen.c_str()) == 0) fail(pg, "LISTEN");
     for (;;) {
       const int f = PQflush(pg);

@@ -91,7 +91,7 @@ std::string describe(const std::vector<StoreChange> &v) {
 /// The backend pids of the listening connections of `table`'s channel.
 std::vector<std::string> listener_pids(Admin &admin, const std::string &table) {
   std::vector<std::string> pids;
-  for (const auto &row : admin.query("SELECT pid FROM pg_stat_activity WHERE strpos(query, $1) = 1"
+  for (const auto &row : admin.query("SELECT pid FROM pg_stat_activity WHERE strpos(query, $1) > 0"
                                      " AND pid <> pg_backend_pid() ORDER BY pid",
                                      {"LISTEN \"tnx:" + table + ":"}))
     pids.push_back(row[0]);
@@ -242,4 +242,23 @@ TEST_CASE("change feed: latency from a save on one replica to the other's feed (
                                       << ", max " << pct(to_sink_ms, 1.0) << "; the save itself p50 "
                                       << pct(save_ms, 0.5) << ", p99 " << pct(save_ms, 0.99));
   CHECK(pct(to_sink_ms, 1.0) < 2000.0);  // a generous liveness bound, not a speed goal
+}
+
+TEST_CASE("change feed: a server's idle_session_timeout does not end the listening session") {
+  Admin admin;
+  if (std::stoi(admin.scalar("SHOW server_version_num")) < 140000) return;  // no such setting before 14
+  const std::string t = unique("feed_idle");
+  // Every session of A, its pool's and its listener's, asks for a 100 ms
+  // idle timeout (as a server or role setting would impose it).
+  auto a = open_store(t, "options=-cidle_session_timeout%3D100"), b = open_store(t);
+  Heard heard;
+  auto sub = a->watch_changes(heard.listener());
+  REQUIRE(sub != nullptr);
+  const auto pids = listener_pids(admin, t);
+  REQUIRE(pids.size() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // six timeouts' worth of idling
+  const uint64_t v = b->save(make_task("i1", "ctx", "working", 1));
+  REQUIRE_MESSAGE(heard.wait_for(Kind::saved, "i1", v), describe(heard.all()));
+  CHECK_MESSAGE(heard.gaps() == 0, describe(heard.all()));
+  CHECK(listener_pids(admin, t) == pids);
 }
