@@ -262,3 +262,41 @@ TEST_CASE("change feed: a server's idle_session_timeout does not end the listeni
   CHECK_MESSAGE(heard.gaps() == 0, describe(heard.all()));
   CHECK(listener_pids(admin, t) == pids);
 }
+
+TEST_CASE("change feed: a role that may write the table but not add its trigger opens it without a feed") {
+  Admin admin;
+  const std::string t = unique("feed_role"), role = unique("tnx_feed_role");
+  open_store(t)->close();  // created by its owner, with the trigger
+  // As a table of an older plugin: no trigger.
+  admin.exec("DROP TRIGGER \"" + t + "$notify\" ON " + t + "; DROP FUNCTION \"" + t + "$notify\"()");
+  admin.exec("CREATE ROLE " + role + " LOGIN");
+  admin.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + t + ", \"" + t + "$counts\", toolnexus_schema TO " + role);
+  admin.exec("GRANT CREATE ON SCHEMA public TO " + role);  // it may create the function, not the trigger
+  const std::string uri = "postgresql://" + role + "@" + pgtest::host_port(pgtest::base_uri()) +
+                          "/postgres?sslmode=disable&tnx_table=" + t;
+  const std::string has_trigger = "SELECT count(*) FROM pg_trigger WHERE tgname = $1";
+  {
+    auto s = resolve_store(uri);
+    CHECK((s->info().capabilities & TNX_CAP_CHANGE_FEED) == 0);
+    CHECK(s->watch_changes([](const StoreChange &) {}) == nullptr);  // the host polls
+    CHECK(s->save(make_task("p1", "ctx", "working", 1)) == 1);
+    CHECK(admin.scalar(has_trigger, {t + "$notify"}) == "0");
+    CHECK(admin.scalar("SELECT count(*) FROM pg_proc WHERE proname = $1", {t + "$notify"}) == "0");
+  }
+  // The owner's next open adds the trigger; the role's stores have a feed.
+  auto owner = open_store(t);
+  CHECK(admin.scalar(has_trigger, {t + "$notify"}) == "1");
+  {
+    auto s = resolve_store(uri);
+    CHECK((s->info().capabilities & TNX_CAP_CHANGE_FEED) != 0);
+    Heard heard;
+    auto sub = s->watch_changes(heard.listener());
+    REQUIRE(sub != nullptr);
+    const uint64_t v = owner->save(make_task("p1", "ctx", "completed", 2));
+    CHECK(v == 2);
+    CHECK_MESSAGE(heard.wait_for(Kind::saved, "p1", v), describe(heard.all()));
+  }
+  owner->close();
+  admin.exec("DROP TABLE " + t + ", \"" + t + "$counts\"; DELETE FROM toolnexus_schema WHERE table_name = '" + t + "'");
+  admin.exec("DROP OWNED BY " + role + "; DROP ROLE " + role);
+}
