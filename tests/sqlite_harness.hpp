@@ -338,6 +338,24 @@ class Store {
     return all;
   }
 
+  /// ABI 1.4 watch: `sink` receives every change until unwatch/close.
+  Res watch(tnx_change_sink sink, void *ctx) {
+    char err[1024] = "";
+    Res r;
+    const bool has_watch = vt().watch != nullptr;
+    REQUIRE(has_watch);
+    r.st = vt().watch(s_, sink, ctx, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+  Res unwatch() {
+    char err[1024] = "";
+    Res r;
+    r.st = vt().unwatch(s_, err, sizeof err);
+    r.err = err;
+    return r;
+  }
+
   Res close() {
     Res r;
     if (s_ == nullptr) return r;

@@ -48,7 +48,7 @@ TEST_CASE("descriptor: name, scheme, capabilities, entry refuses another major")
   CHECK(d->schemes[1] == nullptr);
   CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST |
                             TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS |
-                            TNX_CAP_PERSISTENT));
+                            TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED));
   REQUIRE(d->vtable != nullptr);
   CHECK(d->vtable->header.abi_major == TNX_ABI_MAJOR);
   REQUIRE(d->description != nullptr);

@@ -64,6 +64,11 @@
 //       -wal and -shm files it needed; TNX_OPEN_READ_ONLY does not. Neither
 //       changes the database or an existing -wal: with a -wal beside the
 //       file at open, no connection checkpoints on close (Options::keep_wal).
+//   feed_poll_ms=1..60000                        default 20
+//       How often the change feed (ABI 1.4, change_log.hpp) asks SQLite
+//       whether another process committed (PRAGMA data_version, a look at
+//       shared memory). Only while the host watches; this process's own
+//       saves are reported at once.
 //   missing_wal=refuse|accept                    default refuse
 //       A database in WAL mode whose file says saves were made after its last
 //       checkpoint, with no -wal holding them beside it (copied with cp, or its
@@ -97,6 +102,11 @@
 //     one row saying whether the main file alone lacks saves that are in the
 //     -wal (wal_guard.hpp). Created by any read-write open that finds it
 //     missing, without a user_version change (older plugins ignore it).
+//   CREATE TABLE tnx_changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, id, version, deleted)
+//     one row per insert, update and delete of tnx_tasks, written by the
+//     triggers tnx_tasks_change_insert/_update/_delete in the same
+//     transaction; read by the change feed (change_log.hpp), pruned to the
+//     newest 10,000 rows. Created like tnx_wal_state.
 //   CREATE TABLE tnx_counts (owner, tenant, state, n,
 //                            PRIMARY KEY (owner, tenant, state)) WITHOUT ROWID
 //     how many Tasks each (owner, tenant, state) has, kept by the triggers
@@ -156,6 +166,7 @@
 #include "toolnexus/plugin.hpp"
 
 #include "../common/wakeup.hpp"
+#include "change_log.hpp"
 #include "wal_guard.hpp"
 
 #include <sqlite3.h>
@@ -188,6 +199,7 @@ using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::RecordOut;
 using toolnexus::sdk::view;
+using toolnexus_sqlite::ChangeLogWatcher;
 using toolnexus_sqlite::WalCheck;
 using toolnexus_sqlite::WalGuard;
 
@@ -239,6 +251,8 @@ struct Options {
   bool keep_wal = false;
   /// missing_wal=accept: open a WAL database that lacks its -wal's saves.
   bool accept_missing_wal = false;
+  /// feed_poll_ms: the change feed's interval for other processes' commits.
+  int feed_poll_ms = 20;
 };
 
 const char *sync_name(Sync s) {
@@ -319,7 +333,7 @@ Options parse_location(std::string_view location) {
   unsigned seen = 0;
   static const char *const kNames[] = {"synchronous", "busy_timeout_ms", "journal",
                                        "pool_size",   "max_batch",       "mode",
-                                       "missing_wal"};
+                                       "missing_wal", "feed_poll_ms"};
   // "path?" alone has no options; otherwise every '&'-separated item must be
   // name=value (so "a=1&" and "&a=1" are errors, not silently accepted).
   bool more = q != std::string_view::npos && !rest.empty();
@@ -336,11 +350,11 @@ Options parse_location(std::string_view location) {
                                   std::string(item.substr(0, 128)) + "=<value>)");
     std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     unsigned index = 0;
-    while (index < 7 && name != kNames[index]) ++index;
-    if (index == 7)
+    while (index < 8 && name != kNames[index]) ++index;
+    if (index == 8)
       throw Error(TNX_EINVAL, "sqlite: unknown option " + quote(name) +
                                   " (known: synchronous, busy_timeout_ms, journal, pool_size, "
-                                  "max_batch, mode, missing_wal)");
+                                  "max_batch, mode, missing_wal, feed_poll_ms)");
     if (seen & (1u << index))
       throw Error(TNX_EINVAL, "sqlite: option " + std::string(name) + " given twice");
     seen |= 1u << index;
@@ -374,6 +388,9 @@ Options parse_location(std::string_view location) {
         if (v == "rw") o.read_only = false;
         else if (v == "ro") o.read_only = true;
         else bad_value(name, value, "rw or ro");
+        break;
+      case 7:
+        o.feed_poll_ms = static_cast<int>(parse_int(name, value, 1, 60000, "milliseconds, 1..60000"));
         break;
       default:
         if (v == "refuse") o.accept_missing_wal = false;
@@ -1325,7 +1342,38 @@ class SqliteStore final : public toolnexus::sdk::Store {
     return static_cast<uint64_t>(n);
   }
 
+  void watch(tnx_change_sink sink, void *ctx) override {
+    if (read_only_)
+      throw Error(TNX_EUNSUPPORTED, "sqlite: watch: database '" + opt_.path + "' is read-only (" + read_only_why_ +
+                                        "): it has no change feed (the host polls)");
+    std::lock_guard<std::mutex> lk(feed_mu_);
+    feed_.start(sink, ctx);
+    try {
+      watcher_ = std::make_unique<ChangeLogWatcher>(opt_.path, opt_.busy_timeout_ms,
+                                                    std::chrono::milliseconds(opt_.feed_poll_ms), feed_);
+    } catch (...) {
+      feed_.stop();
+      throw;
+    }
+  }
+
+  void unwatch() override {
+    std::lock_guard<std::mutex> lk(feed_mu_);
+    if (!watcher_) throw Error(TNX_EINVAL, "unwatch: no change feed runs");
+    watcher_.reset();  // joins its thread: the sink is not called any more
+    feed_.stop();
+  }
+
+  /// True when saves are refused (mode=ro, the host's read-only open, or a
+  /// file this process may not write to).
+  bool refuses_writes() const noexcept { return read_only_; }
+
   void close() override {
+    {
+      std::lock_guard<std::mutex> lk(feed_mu_);
+      watcher_.reset();
+      feed_.stop();
+    }
     std::vector<std::unique_ptr<Conn>> readers;
     {
       std::lock_guard<std::mutex> lk(rmu_);
@@ -1404,7 +1452,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
         refuse_missing_wal(w);
         if (!read_only_) configure_writer(w);
         ensure_schema(w);
-        if (!read_only_) ensure_wal_state(w);
+        if (!read_only_) ensure_side_tables(w);
         return;
       } catch (const SqlError &e) {
         const int primary = e.rc & 0xff;
@@ -1437,13 +1485,18 @@ class SqliteStore final : public toolnexus::sdk::Store {
                     "and accept the loss, add ?missing_wal=accept to the selector once");
   }
 
-  /// Creates tnx_wal_state when a read-write open finds it missing.
-  void ensure_wal_state(Conn &w) {
-    const char *probe = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tnx_wal_state'";
-    if (w.query_int(probe, "sqlite: open") != 0) return;
+  /// Creates tnx_wal_state (wal_guard.hpp) and the change log with its
+  /// triggers (change_log.hpp) when a read-write open finds them missing.
+  void ensure_side_tables(Conn &w) {
+    const char *probe =
+        "SELECT count(*) FROM sqlite_master WHERE (type = 'table' AND name IN ('tnx_wal_state', 'tnx_changes'))"
+        " OR (type = 'trigger' AND name IN ('tnx_tasks_change_insert', 'tnx_tasks_change_update',"
+        " 'tnx_tasks_change_delete'))";
+    if (w.query_int(probe, "sqlite: open") == 5) return;
     w.exec("BEGIN IMMEDIATE", "sqlite: open");
     try {
       w.exec(toolnexus_sqlite::kWalStateSql, "sqlite: creating tnx_wal_state");
+      w.exec(toolnexus_sqlite::kChangeLogSql, "sqlite: creating the change log tnx_changes");
       w.exec("COMMIT", "sqlite: open");
     } catch (...) {
       if (sqlite3_get_autocommit(w.db()) == 0)
@@ -1596,6 +1649,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
       // The batch's callers have their answers; the connection is still
       // ours alone for a checkpoint, if one is due.
       if (guard_) guard_->after_commit();
+      after_batch();
       {
         std::lock_guard<std::mutex> lk(wmu_);
         next_leader = head_;
@@ -1605,6 +1659,17 @@ class SqliteStore final : public toolnexus::sdk::Store {
       if (next_leader != nullptr) next_leader->wake.post();
     }
     if (r.status != TNX_OK) throw Error(r.status, r.message);
+  }
+
+  /// After a batch (leader only): tells the change feed's watcher to read
+  /// now, and prunes the change log every kChangeLogPruneEvery batches.
+  void after_batch() noexcept {
+    if (++since_prune_ >= toolnexus_sqlite::kChangeLogPruneEvery) {
+      since_prune_ = 0;
+      (void)toolnexus_sqlite::prune_change_log(writer_->db());
+    }
+    std::lock_guard<std::mutex> lk(feed_mu_);
+    if (watcher_) watcher_->poke();
   }
 
   /// Executes one batch on the write connection (leader only). Every request
@@ -1809,6 +1874,14 @@ class SqliteStore final : public toolnexus::sdk::Store {
   std::unique_ptr<Conn> writer_;
   /// The writer's checkpoints (journal=wal, read-write only), else null.
   std::unique_ptr<WalGuard> guard_;
+  /// Batches since the change log was last pruned (leader only).
+  int since_prune_ = 0;
+
+  // Change feed: feed_mu_ guards watcher_ (set by watch, reset by unwatch
+  // and close, poked after every batch). feed_ is thread-safe itself.
+  std::mutex feed_mu_;
+  toolnexus::sdk::ChangeFeed feed_;
+  std::unique_ptr<ChangeLogWatcher> watcher_;
   WriterStmts ws_;
   std::mutex wmu_;
   WriteReq *head_ = nullptr, *tail_ = nullptr;
@@ -1828,7 +1901,10 @@ toolnexus::sdk::Store *open_sqlite(const tnx_open_args &args) {
   // Only synchronous=full|extra make a commit survive a power loss.
   if (o.sync == Sync::Normal || o.sync == Sync::Off)
     toolnexus::sdk::clear_capabilities(args, TNX_CAP_DURABLE);
-  return new SqliteStore(std::move(o));
+  auto store = std::make_unique<SqliteStore>(std::move(o));
+  // A store that cannot write has no change log to watch.
+  if (store->refuses_writes()) toolnexus::sdk::clear_capabilities(args, TNX_CAP_CHANGE_FEED);
+  return store.release();
 }
 
 const char *const kSchemes[] = {"sqlite", nullptr};
@@ -1843,15 +1919,16 @@ const tnx_plugin_descriptor kDescriptor = {
     "(default wal), pool_size=1..64 idle read connections (default 64), max_batch=1..1000 "
     "writes per group commit (default 64, 1 = off), mode=rw|ro (default rw), "
     "missing_wal=refuse|accept (default refuse: a file copied without the -wal holding its "
-    "latest saves fails to open)",
+    "latest saves fails to open), feed_poll_ms=1..60000 (default 20: the change feed's look "
+    "for other processes' saves)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED,
     &toolnexus::sdk::open_trampoline<open_sqlite>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "sqlite:<path>[?synchronous=full|extra|normal|off&busy_timeout_ms=N"
     "&journal=wal|delete|truncate|persist&pool_size=N&max_batch=N&mode=rw|ro"
-    "&missing_wal=refuse|accept]",
+    "&missing_wal=refuse|accept&feed_poll_ms=N]",
 };
 
 }  // namespace
