@@ -96,6 +96,9 @@
 //     table, so that count (ABI 1.3) sums at most 64 rows per (owner, tenant,
 //     state) instead of scanning; see pg::Sql::create_v3_counts for how
 //     concurrent saves avoid waiting on one counter row and deadlocks.
+//   Change feed (an addition to version 3, no version bump): the row
+//     trigger "<table>$notify", created by a read-write open when missing
+//     (see "Change feed" below).
 //   History: 1 = first release (NULL status_time_us for "no timestamp",
 //   filter columns in the database collation, one index, no soft delete),
 //   migrated in place to 2 (pg_sql.hpp migrate_v1_to_v2); 2 = 3 without the
