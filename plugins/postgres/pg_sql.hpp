@@ -176,6 +176,80 @@ class Sql {
     return v;
   }
 
+  /// The change feed (ABI 1.4): the NOTIFY channel of a table, as an SQL
+  /// expression over the table's schema and name (both of type name or
+  /// text): "tnx:<table>:<hex hashtext(schema)>", at most 4 + 48 + 1 + 8 =
+  /// 61 bytes (a channel is an identifier: under NAMEDATALEN, 64). The
+  /// schema's hash keeps stores of equal table names in different schemas
+  /// apart (NOTIFY is per database). The trigger and the listener evaluate
+  /// this same expression on the same server, so they always agree.
+  static std::string channel_expr(const std::string &schema, const std::string &name) {
+    return "'tnx:' || " + name + " || ':' || to_hex(hashtext(" + schema + "::text))";
+  }
+
+  /// The channel of the task table: one row, one text. $1 = the quoted
+  /// table name (resolved through search_path as every statement's).
+  static std::string channel() {
+    return "SELECT " + channel_expr("n.nspname", "c.relname") +
+           " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+           " WHERE c.oid = to_regclass($1)";
+  }
+
+  /// Name of the change feed's trigger and its function.
+  std::string notify_name() const { return table_ + "$notify"; }
+
+  /// Whether the change feed's trigger exists: one row, one bigint (0 or
+  /// 1). $1 = the quoted table name, $2 = notify_name().
+  static std::string has_notify() {
+    return "SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2";
+  }
+
+  /// The change feed's row trigger "<table>$notify" (function of the same
+  /// name), an addition to schema 3 made at open (no version bump: an older
+  /// plugin ignores it, and its writes are announced too). In the
+  /// transaction of every change of a row it queues pg_notify(channel,
+  /// payload), which PostgreSQL delivers to the listeners only when (and
+  /// if) that transaction commits, in commit order; so a listener never
+  /// hears of a change before a get can read it, and the versions of one id
+  /// arrive in increasing order (its writers are serialised by the row
+  /// lock). The payload (text):
+  ///   "s <version> <id>"  the Task was saved (created, replaced, revived)
+  ///   "d <version> <id>"  the Task was deleted (emptied, or a row deleted
+  ///                       by hand); <version> is the one it had
+  ///   "g"                 a gap: the payload would be 8000 bytes or more
+  ///                       (NOTIFY's limit; an id that long), so the
+  ///                       listener is told to re-read instead of the save
+  ///                       failing.
+  /// An update that changes a row's id (by hand) announces the old id's
+  /// deletion and the new id's save; an update of a deleted row that stays
+  /// deleted, nothing. Branches by TG_OP before touching OLD (servers
+  /// before 11 fail on OLD in an INSERT trigger). Each statement of the
+  /// creation, in order.
+  std::vector<std::string> create_notify() const {
+    const std::string f = quote_ident(notify_name());
+    auto send = [](const char *kind, const char *row) {
+      return std::string("p := '") + kind + " ' || " + row + ".version || ' ' || " + row +
+             ".id; IF octet_length(p) >= 8000 THEN p := 'g'; END IF; PERFORM pg_notify(ch, p);\n";
+    };
+    return {"CREATE OR REPLACE FUNCTION " + f +
+                "() RETURNS trigger LANGUAGE plpgsql AS $tnx$\n"
+                "DECLARE ch text := " + channel_expr("TG_TABLE_SCHEMA", "TG_TABLE_NAME") + "; p text;\n"
+                "BEGIN\n"
+                "  IF TG_OP = 'DELETE' THEN\n"
+                "    IF NOT OLD.deleted THEN " + send("d", "OLD") + "    END IF;\n"
+                "    RETURN NULL;\n"
+                "  END IF;\n"
+                "  IF TG_OP = 'UPDATE' THEN\n"
+                "    IF OLD.deleted AND NEW.deleted THEN RETURN NULL; END IF;\n"
+                "    IF NOT OLD.deleted AND OLD.id <> NEW.id THEN " + send("d", "OLD") + "    END IF;\n"
+                "  END IF;\n"
+                "  IF NEW.deleted THEN " + send("d", "NEW") + "  ELSE " + send("s", "NEW") + "  END IF;\n"
+                "  RETURN NULL;\n"
+                "END\n$tnx$",
+            "CREATE TRIGGER " + f + " AFTER INSERT OR UPDATE OR DELETE ON " + t_ + " FOR EACH ROW EXECUTE PROCEDURE " +
+                f + "()"};
+  }
+
   /// count (ABI 1.3): `filters` (ListFilter bits) with their parameters in
   /// bit order as list(). Only owner/tenant/state equality (what the A2A
   /// server asks): a sum over the counters (`counters`: the table is at

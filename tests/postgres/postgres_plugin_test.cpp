@@ -87,7 +87,8 @@ TEST_CASE("options: tnx_ parameters are the plugin's, the rest goes to libpq") {
                               "tnx_pool=%32&application_name=tnx_opt_probe&tnx_statement_timeout_ms=1500&tnx_table=" + t));
   CHECK(s->info().scheme == "postgresql");
   CHECK(s->info().capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                                   TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT));
+                                   TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT |
+                                   TNX_CAP_CHANGE_FEED));
   CHECK(s->save(make_task("o1", "c", "working", 1)) == 1);
   Admin admin;
   CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
