@@ -568,6 +568,13 @@ TEST_CASE("store check says when a sqlite file was copied without the -wal that 
   // The original, with its -wal, is sound; so is the copy once the loss is accepted (and it lists nothing).
   CHECK(run({"store", "check", "sqlite:" + db}).out == "1 sound, 0 bad\n");
   CHECK(run({"store", "check", "sqlite:" + copy + "?missing_wal=accept"}).out == "0 sound, 0 bad\n");
+  // The -wal removed by hand under the running server: the next look says what is gone.
+  fs::remove(db + "-wal");
+  r = run({"store", "list", "sqlite:" + db});
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.err.find("'" + db + "-wal' or '" + db + "-shm' removed while a process had the database open") !=
+                    std::string::npos,
+                r.err);
   // Not our child (the shell started it): wait until it is gone.
   ::kill(server, SIGTERM);
   for (int i = 0; i < 500 && ::kill(server, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -10,7 +10,10 @@
 
 #include <sys/wait.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -250,3 +253,40 @@ TEST_CASE("processes opening one existing database at the same instant are never
   copy_alone(db, dir / "copy.db");
   CHECK(count_tasks(dir / "copy.db") == size_t(kProcs * kRounds));
 }
+
+TEST_CASE("a reader that held a snapshot while the store opened does not leave the file unmarked once it lets go") {
+  // The open's checkpoint cannot finish while a reader holds an older
+  // snapshot; it must be retried when the reader lets go even if no save
+  // comes after (an idle server), or a copy of the main file alone would
+  // open silently without the saves in the -wal.
+  TempDir dir;
+  const std::string db = dir / "held.db", copy = dir / "copy.db";
+  {
+    Store s;
+    must_open(s, db);
+    save_n(s, "old", 3);
+    CHECK(s.close().st == TNX_OK);
+  }
+  auto reader = std::make_unique<RawDb>(db);
+  reader->exec("BEGIN");
+  CHECK(reader->value("SELECT count(*) FROM tnx_tasks") == "3");
+  Store live;
+  must_open(live, db);
+  save_n(live, "new", 2);  // in the -wal only; the checkpoint is held back
+  reader->exec("COMMIT");
+  reader.reset();
+  // No save from here on. The guard thread retries every 100 ms; the bound
+  // is a liveness margin, not a speed goal.
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    copy_alone(db, copy);
+    fs::remove(copy + "-wal");
+    fs::remove(copy + "-shm");
+    Store s;
+    refused = s.open(copy, TNX_OPEN_READ_ONLY).st == TNX_ECORRUPT;
+  }
+  CHECK(refused);
+  CHECK(live.list_all(Query{}).size() == 5);
+}
+

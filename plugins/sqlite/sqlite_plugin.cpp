@@ -720,6 +720,12 @@ class Conn {
                               "': disk full or file size limit reached; nothing was written" +
                               os,
                           rc);
+        if (sys == ENOENT)
+          return SqlError(TNX_EIO,
+                          pre + "I/O error on database '" + p + "': " + detail + os +
+                              "; a file SQLite needs beside it is gone: was '" + p + "-wal' or '" + p +
+                              "-shm' removed while a process had the database open?",
+                          rc);
         return SqlError(TNX_EIO, pre + "I/O error on database '" + p + "': " + detail + os, rc);
       case SQLITE_READONLY:
         return SqlError(TNX_EIO,
@@ -1199,11 +1205,15 @@ class SqliteStore final : public toolnexus::sdk::Store {
     ws_.update = w.prepare(kUpdateSql);
     ws_.remove = w.prepare(kDeleteSql);
     // Validate the read statements once (also warms one reader up).
-    Reader r(*this);
-    r->get_stmt();
+    {
+      Reader r(*this);
+      r->get_stmt();
+    }
+    // Last: nothing after it may throw (a joinable thread must be joined).
+    if (guard_) guard_thread_ = std::thread([this] { guard_loop(); });
   }
 
-  ~SqliteStore() override = default;
+  ~SqliteStore() override { stop_guard_thread(); }
 
   /// `o` with keep_wal set for a read-only open of a database that has a
   /// -wal beside it (looked at before any connection could make one).
@@ -1380,6 +1390,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
       readers.swap(idle_);
     }
     readers.clear();
+    stop_guard_thread();
     if (guard_) guard_->before_close();
     if (writer_) {
       const int rc = writer_->close();
@@ -1661,6 +1672,45 @@ class SqliteStore final : public toolnexus::sdk::Store {
     if (r.status != TNX_OK) throw Error(r.status, r.message);
   }
 
+  /// The guard thread: while the WAL guard has a checkpoint pending, retries
+  /// it every WalGuard::kRetry on the write connection when no batch holds
+  /// it (a busy writer retries after its own batches), so that an idle
+  /// store does not keep a main file without the mark (wal_guard.hpp).
+  void guard_loop() noexcept {
+    std::unique_lock<std::mutex> lk(guard_mu_);
+    while (!guard_stop_) {
+      guard_cv_.wait_for(lk, guard_->pending() ? WalGuard::kRetry : std::chrono::milliseconds(1000));
+      if (guard_stop_ || !guard_->pending()) continue;
+      lk.unlock();
+      bool lead = false;
+      {
+        std::lock_guard<std::mutex> wl(wmu_);
+        if (!leader_) leader_ = lead = true;
+      }
+      if (lead) {
+        guard_->after_commit();
+        WriteReq *next_leader = nullptr;
+        {
+          std::lock_guard<std::mutex> wl(wmu_);
+          next_leader = head_;
+          if (next_leader != nullptr) next_leader->lead = true;
+          else leader_ = false;
+        }
+        if (next_leader != nullptr) next_leader->wake.post();
+      }
+      lk.lock();
+    }
+  }
+
+  void stop_guard_thread() noexcept {
+    {
+      std::lock_guard<std::mutex> lk(guard_mu_);
+      guard_stop_ = true;
+    }
+    guard_cv_.notify_all();
+    if (guard_thread_.joinable()) guard_thread_.join();
+  }
+
   /// After a batch (leader only): tells the change feed's watcher to read
   /// now, and prunes the change log every kChangeLogPruneEvery batches.
   void after_batch() noexcept {
@@ -1874,6 +1924,11 @@ class SqliteStore final : public toolnexus::sdk::Store {
   std::unique_ptr<Conn> writer_;
   /// The writer's checkpoints (journal=wal, read-write only), else null.
   std::unique_ptr<WalGuard> guard_;
+  /// guard_loop's thread (read-write journal=wal stores only) and its stop.
+  std::thread guard_thread_;
+  std::mutex guard_mu_;
+  std::condition_variable guard_cv_;
+  bool guard_stop_ = false;
   /// Batches since the change log was last pruned (leader only).
   int since_prune_ = 0;
 

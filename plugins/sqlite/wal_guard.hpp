@@ -28,7 +28,8 @@
 // and 3 by SQLite's backup (it says 1: refused, although complete; accept it
 // or copy again); a -wal that belongs to another database put beside the
 // file; a main file copied while the first checkpoint of an open could not
-// finish (a reader held an older snapshot; retried every 100 ms of commits);
+// finish (a reader held an older snapshot: retried every 100 ms, also while
+// no save comes, by the store's guard thread, until the reader lets go);
 // stores written by a plugin older than this guard, or by other programs
 // that checkpoint (sqlite3's automatic checkpoint folds 0 into the file until
 // the next guarded checkpoint). journal modes other than wal need no guard
@@ -41,6 +42,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -95,6 +97,9 @@ class WalGuard {
   /// After a commit on the connection (no transaction open): checkpoints
   /// when kCheckpointFrames are in the WAL or a retry is due.
   void after_commit() noexcept;
+  /// True while a checkpoint could not finish (a reader held an older
+  /// snapshot, a lock, an I/O error) and is to be tried again. Any thread.
+  bool pending() const noexcept { return pending_.load(); }
   /// Before the connection closes: commits wal_required = 0 if the latest
   /// state says 1, so that SQLite's checkpoint at the last close leaves a
   /// clean file. Best effort.
@@ -106,7 +111,7 @@ class WalGuard {
 
   sqlite3 *db_;
   int frames_ = 0;
-  bool pending_ = false;
+  std::atomic<bool> pending_{false};
   std::chrono::steady_clock::time_point last_try_{};
 };
 
