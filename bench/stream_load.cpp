@@ -12,14 +12,28 @@
 // p50/p99/max, and RSS before and with the subscribers (the client's sockets
 // and buffers are in the same process: a few KiB each).
 //
+// With --replica (a store shared between processes: sqlite:, postgresql://)
+// a second server opens the same store and the subscribers connect to it:
+// the latency is then a replica's event as read on another replica (issue
+// 20: through the store's change feed, or its poll without one).
+// --cancels N then runs N Tasks on the first server that spin until told to
+// stop, cancels each through the other replica (the same server without
+// --replica) and prints how long the executor took to see it (p50/p99).
+// --idle-seconds N first holds every stream open for N seconds on Tasks that
+// do not change and prints what that cost: CPU of the process (servers and
+// the idle client) and store calls per second, from each server's
+// toolnexus_store_operations_total.
+//
 //   stream_load [--subscribers 1000] [--tasks 10] [--events 200]
-//               [--interval-us 1000] [--store SELECTOR]
+//               [--interval-us 1000] [--store SELECTOR] [--replica]
+//               [--idle-seconds N] [--cancels N]
 #include "toolnexus/server.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,10 +41,13 @@
 #include <cctype>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -52,15 +69,39 @@ long rss_kib() {
   return -1;
 }
 
-std::atomic<bool> g_go{false};
+// The start signal for every ticker (a condition variable: a ticker that
+// waited by polling would itself be the idle cost measured).
+std::mutex g_go_mu;
+std::condition_variable g_go_cv;
+bool g_go = false;
+
+void start_tickers() {
+  {
+    std::lock_guard<std::mutex> lock(g_go_mu);
+    g_go = true;
+  }
+  g_go_cv.notify_all();
+}
 
 class Ticker final : public toolnexus::AgentExecutor {
  public:
   Ticker(int events, int interval_us) : events_(events), interval_us_(interval_us) {}
   std::string name() const override { return "ticker"; }
+  /// A "spin" Task runs; when it saw its cancel (now_ns()).
+  std::atomic<bool> spinning{false};
+  std::atomic<int64_t> cancel_seen_ns{0};
   std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
   toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
-    while (!g_go.load() && !ctx.cancel_requested) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ctx.latest_text == "spin") {
+      spinning = true;
+      while (!ctx.cancel_requested) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      cancel_seen_ns = now_ns();
+      return toolnexus::ExecutionResult::completed("stopped");
+    }
+    {
+      std::unique_lock<std::mutex> lock(g_go_mu);
+      while (!g_go && !ctx.cancel_requested) g_go_cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
     for (int i = 0; i < events_ && !ctx.cancel_requested; ++i) {
       ctx.progress.status("t" + std::to_string(now_ns()));
       if (interval_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(interval_us_));
@@ -112,6 +153,33 @@ std::string call(int port, const std::string &body) {
   return p == std::string::npos ? std::string() : in.substr(p + 4);
 }
 
+/// The sum of every toolnexus_store_operations_total sample in the
+/// Prometheus text of the admin listener on `port`.
+double store_operations(int port) {
+  const int fd = connect_to(port);
+  send_all(fd, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  std::string in;
+  char buf[8192];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) in.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  double sum = 0;
+  std::size_t at = 0;
+  const std::string name = "\ntoolnexus_store_operations_total{";
+  while ((at = in.find(name, at)) != std::string::npos) {
+    const std::size_t sp = in.find(' ', in.find('}', at));
+    sum += std::atof(in.c_str() + sp + 1);
+    at = sp;
+  }
+  return sum;
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 struct Sub {
   int fd = -1;
   std::string buf;
@@ -124,6 +192,9 @@ struct Sub {
 int main(int argc, char **argv) {
   int subscribers = 1000, tasks = 10, events = 200, interval_us = 1000;
   std::string store = "memory";
+  bool replica = false;
+  int idle_seconds = 0;
+  int cancels = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -135,21 +206,37 @@ int main(int argc, char **argv) {
     else if (a == "--events") events = std::atoi(next().c_str());
     else if (a == "--interval-us") interval_us = std::atoi(next().c_str());
     else if (a == "--store") store = next();
+    else if (a == "--replica") replica = true;
+    else if (a == "--idle-seconds") idle_seconds = std::atoi(next().c_str());
+    else if (a == "--cancels") cancels = std::atoi(next().c_str());
     else {
-      std::fprintf(stderr, "usage: stream_load [--subscribers N] [--tasks N] [--events N] [--interval-us N] [--store SEL]\n");
+      std::fprintf(stderr,
+                   "usage: stream_load [--subscribers N] [--tasks N] [--events N] [--interval-us N] [--store SEL] "
+                   "[--replica] [--idle-seconds N] [--cancels N]\n");
       return 2;
     }
   }
   toolnexus::ServerOptions o;
   o.listen = "127.0.0.1:0";
   o.store = store;
-  o.executor = std::make_shared<Ticker>(events, interval_us);
+  auto ticker = std::make_shared<Ticker>(events, interval_us);
+  o.executor = ticker;
   o.workers = static_cast<unsigned>(tasks);
   o.progress_interval_ms = 1;
   o.log_level = toolnexus::LogLevel::error;
   o.streams.max_streams = static_cast<std::size_t>(subscribers) + 16;
+  o.admin_listen = "127.0.0.1:0";
   auto server = toolnexus::serve(o);
   const int port = server.port();
+  // The replica the subscribers read from: another server on the same store.
+  std::unique_ptr<toolnexus::ServerHandle> second;
+  if (replica) {
+    toolnexus::ServerOptions r = o;
+    r.executor = nullptr;
+    second = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(r));
+  }
+  toolnexus::ServerHandle &reader = replica ? *second : server;
+  const int sub_port = reader.port();
   const long rss_idle = rss_kib();
 
   std::vector<std::string> ids;
@@ -166,7 +253,7 @@ int main(int argc, char **argv) {
   std::vector<Sub> subs(static_cast<std::size_t>(subscribers));
   for (int i = 0; i < subscribers; ++i) {
     Sub &s = subs[static_cast<std::size_t>(i)];
-    s.fd = connect_to(port);
+    s.fd = connect_to(sub_port);
     const std::string body = R"({"jsonrpc":"2.0","id":)" + std::to_string(i) +
                              R"(,"method":"SubscribeToTask","params":{"id":")" + ids[static_cast<std::size_t>(i % tasks)] +
                              R"("}})";
@@ -177,16 +264,33 @@ int main(int argc, char **argv) {
     e.data.u32 = static_cast<uint32_t>(i);
     ::epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &e);
   }
-  for (int w = 0; w < 20000 && server.stats().open_streams < static_cast<std::size_t>(subscribers); ++w)
+  for (int w = 0; w < 20000 && reader.stats().open_streams < static_cast<std::size_t>(subscribers); ++w)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const std::size_t open = server.stats().open_streams;
+  const std::size_t open = reader.stats().open_streams;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const long rss_subscribed = rss_kib();
+  auto admin_port = [](const toolnexus::ServerHandle &h) {
+    const std::string &u = h.admin_url();
+    return std::atoi(u.c_str() + u.rfind(':') + 1);
+  };
+  if (idle_seconds > 0) {
+    // Nothing changes: the streams wait on Tasks whose tickers wait for go.
+    auto ops = [&] { return store_operations(admin_port(server)) + (second ? store_operations(admin_port(*second)) : 0); };
+    const double ops0 = ops(), cpu0 = cpu_seconds();
+    const auto i0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(idle_seconds));
+    const double secs = std::chrono::duration<double>(Clock::now() - i0).count();
+    const double ops1 = ops(), cpu1 = cpu_seconds();
+    std::printf("idle: %zu streams open on %d unchanging Tasks for %.1f s (%s): %.1f store calls/s, CPU %.2f%% of a core "
+                "(servers and client)\n",
+                open, tasks, secs, replica ? "2 replicas" : "1 server", (ops1 - ops0) / secs,
+                100.0 * (cpu1 - cpu0) / secs);
+  }
 
   std::vector<double> latency_us;
   latency_us.reserve(static_cast<std::size_t>(subscribers) * static_cast<std::size_t>(events));
   const auto t0 = Clock::now();
-  g_go = true;
+  start_tickers();
   int remaining = subscribers;
   long frames = 0;
   long rss_peak = rss_subscribed;
@@ -244,8 +348,9 @@ int main(int argc, char **argv) {
     if (latency_us.empty()) return 0.0;
     return latency_us[std::min(latency_us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(latency_us.size())))];
   };
-  std::printf("stream_load: %d subscribers (%zu streams open) on %d Tasks, %d status events each, store %s\n",
-              subscribers, open, tasks, events, store.c_str());
+  std::printf("stream_load: %d subscribers (%zu streams open) on %d Tasks, %d status events each, store %s%s\n",
+              subscribers, open, tasks, events, store.c_str(),
+              replica ? ", events made on one replica and read on another" : "");
   std::printf("  frames delivered: %ld in %.2f s = %.0f frames/s to subscribers (%.0f events/s made)\n", frames, secs,
               static_cast<double>(frames) / secs, static_cast<double>(tasks) * events / secs);
   std::printf("  event -> subscriber latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", pct(0.5) / 1000,
@@ -254,5 +359,35 @@ int main(int argc, char **argv) {
               rss_idle, rss_subscribed, static_cast<double>(rss_subscribed - rss_idle) / subscribers, rss_peak);
   for (Sub &s : subs) ::close(s.fd);
   ::close(ep);
+
+  std::vector<double> cancel_ms;
+  for (int c = 0; c < cancels; ++c) {
+    ticker->spinning = false;
+    ticker->cancel_seen_ns = 0;
+    const std::string r =
+        call(port, R"({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER",)"
+                   R"("messageId":"spin)" + std::to_string(c) +
+                       R"(","parts":[{"text":"spin"}]},"configuration":{"returnImmediately":true}}})");
+    const auto p = r.find(R"("id":")", r.find(R"("task")"));
+    if (p == std::string::npos) throw std::runtime_error("SendMessage failed: " + r);
+    const std::string id = r.substr(p + 6, 36);
+    while (!ticker->spinning) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    // "working" must be stored for the other replica to cancel it as running.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int64_t asked = now_ns();
+    const std::string cr = call(sub_port, R"({"jsonrpc":"2.0","id":2,"method":"CancelTask","params":{"id":")" + id + R"("}})");
+    if (cr.find("TASK_STATE_CANCELED") == std::string::npos) throw std::runtime_error("CancelTask failed: " + cr);
+    while (ticker->cancel_seen_ns.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    cancel_ms.push_back(static_cast<double>(ticker->cancel_seen_ns.load() - asked) / 1e6);
+  }
+  if (!cancel_ms.empty()) {
+    std::sort(cancel_ms.begin(), cancel_ms.end());
+    auto at = [&](double q) {
+      return cancel_ms[std::min(cancel_ms.size() - 1, static_cast<std::size_t>(q * static_cast<double>(cancel_ms.size())))];
+    };
+    std::printf("  cancel (CancelTask sent to %s until the executor saw it), %zu runs: p50 %.2f ms, p99 %.2f ms, max "
+                "%.2f ms\n",
+                replica ? "the other replica" : "the same server", cancel_ms.size(), at(0.5), at(0.99), cancel_ms.back());
+  }
   return 0;
 }
