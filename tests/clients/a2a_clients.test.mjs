@@ -66,17 +66,17 @@ function fromV03(t) {
   };
 }
 
-async function v1Client(transport, polling) {
+async function v1Client(transport, polling, url = base) {
   const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
     preferredTransports: [transport],
     clientConfig: { polling },
   });
-  return new ClientFactory(options).createFromUrl(base);
+  return new ClientFactory(options).createFromUrl(url);
 }
 
-async function makeV1(transport) {
-  const blocking = await v1Client(transport, false);
-  const polling = await v1Client(transport, true);
+async function makeV1(transport, url = base) {
+  const blocking = await v1Client(transport, false, url);
+  const polling = await v1Client(transport, true, url);
   const message = (text, extra = {}) =>
     Message.fromJSON({ messageId: mid(), role: 'ROLE_USER', parts: [{ text }], ...extra });
   const unwrap = (r) => fromV1(r.payload ? r.payload.value : r);
@@ -112,9 +112,9 @@ async function makeV1(transport) {
   };
 }
 
-async function makeV03() {
+async function makeV03(url = base) {
   const options = ClientFactoryOptions03.createFrom(ClientFactoryOptions03.default, { preferredTransports: ['JSONRPC'] });
-  const client = await new ClientFactory03(options).createFromUrl(base);
+  const client = await new ClientFactory03(options).createFromUrl(url);
   const message = (text, extra) => ({ kind: 'message', messageId: mid(), role: 'user', parts: [{ kind: 'text', text }], ...extra });
   return {
     name: '@a2a-js/sdk 0.3.x JSONRPC',
@@ -368,6 +368,31 @@ if (phase === 'flows') {
     assert.equal(done.state, 'TASK_STATE_COMPLETED');
     assert.deepEqual(done.artifacts, ['survive the restart']);
   });
+} else if (phase === 'replicas') {
+  // Two replicas on one store (TNX_URL and TNX_URL_B): a stream opened on one
+  // ends with the cancel made through the other (issue 20: the store's change
+  // feed carries it; with the default 200 ms stream poll as the fallback).
+  const other = process.env.TNX_URL_B;
+  assert.ok(other, 'TNX_URL_B must name the second replica');
+  for (const [label, make] of [['1.x JSON-RPC', (u) => makeV1('JSONRPC', u)], ['1.x HTTP+JSON', (u) => makeV1('HTTP+JSON', u)],
+    ['0.3.x JSON-RPC', (u) => makeV03(u)]]) {
+    test(`${label}: stream from one replica, cancel through the other`, async () => {
+      const a = await make(base);
+      const b = await make(other);
+      const parked = await a.send('wait for me');
+      assert.equal(parked.state, 'TASK_STATE_INPUT_REQUIRED');
+      const it = a.resubscribe(parked.id)[Symbol.asyncIterator]();
+      assert.equal(a.event((await it.next()).value).what, 'task:TASK_STATE_INPUT_REQUIRED');
+      const t0 = Date.now();
+      const canceled = await b.cancel(parked.id);
+      assert.equal(canceled.state, 'TASK_STATE_CANCELED');
+      const rest = [];
+      for (let r = await it.next(); !r.done; r = await it.next()) rest.push(a.event(r.value).what);
+      assert.deepEqual(rest, ['status:TASK_STATE_CANCELED']);
+      console.log(`${label}: the stream on replica A ended ${Date.now() - t0} ms after the cancel sent to B`);
+      assert.equal((await a.get(parked.id)).state, 'TASK_STATE_CANCELED');
+    });
+  }
 } else {
   throw new Error(`unknown TNX_PHASE '${phase}'`);
 }

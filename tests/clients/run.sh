@@ -4,8 +4,10 @@
 # and 0.3.14) with `npm ci` into BUILD_DIR/js-clients, then, for each of the
 # memory, file: and sqlite: stores, starts `toolnexus serve --agent approval`
 # on a free loopback port and runs a2a_clients.test.mjs under node's test
-# runner. Last, one Task is parked in input-required on a file: store, the
+# runner. Then one Task is parked in input-required on a file: store, the
 # server is killed with SIGKILL, a new server on the same store resumes it.
+# Last, two servers on one sqlite: file: a stream opened on one ends with a
+# cancel sent to the other.
 #   usage: run.sh BUILD_DIR SOURCE_DIR
 # Needs npm on PATH and the npm registry (CI reaches it), and node >= 20: the
 # machine's node if it is 20 or newer, otherwise (Debian 12 ships node 18)
@@ -73,6 +75,7 @@ tmp="$(mktemp -d)"
 server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  [ -n "${pid_a:-}" ] && kill -9 "$pid_a" 2>/dev/null || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -132,6 +135,25 @@ wait "$server_pid" 2>/dev/null || true
 server_pid=""
 start "file:$tmp/restart-store"
 client_run "resume it on a new server" resume
+stop
+
+# Two replicas on one store: the second one's pid and URL kept aside.
+start "sqlite:$tmp/replicas/tasks.db"
+url_a="$url"
+pid_a="$server_pid"
+start "sqlite:$tmp/replicas/tasks.db"
+echo "== two replicas on one sqlite: store"
+if (cd "$work" && TNX_URL="$url_a" TNX_URL_B="$url" TNX_PHASE=replicas \
+      "$node" --test --test-reporter=spec a2a_clients.test.mjs); then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "-- server log (second replica):"
+  tail -n 40 "$tmp/serve.err"
+fi
+stop
+server_pid="$pid_a"
+pid_a=""
 stop
 
 echo "$passed passed, $failed failed"
