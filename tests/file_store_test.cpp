@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +33,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -370,7 +373,7 @@ TEST_CASE("descriptor: scheme, capabilities, CAS between processes stated") {
   CHECK(std::string(d->schemes[0]) == "file");
   CHECK(d->schemes[1] == nullptr);
   CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                            TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT));
+                            TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED));
   REQUIRE(d->description != nullptr);
   CHECK(std::string(d->description).find("between processes") != std::string::npos);
   REQUIRE(TNX_HAS_FIELD(d, tnx_plugin_descriptor, location_syntax));
@@ -1696,4 +1699,102 @@ TEST_CASE("two open stores on one directory, each saved to and read by many thre
   }
   Store fresh(t.path, TNX_OPEN_READ_ONLY);
   CHECK(fresh.list_all(500).size() == total);
+}
+
+namespace {
+
+/// What a change feed reported (ABI 1.4), for the test thread to wait on.
+struct FeedEar {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::tuple<uint32_t, std::string, uint64_t>> heard;  // kind, id, version
+  static void sink(void *ctx, const tnx_change *c) {
+    auto *e = static_cast<FeedEar *>(ctx);
+    std::lock_guard<std::mutex> lk(e->mu);
+    e->heard.emplace_back(c->kind, std::string(c->id.data != nullptr ? c->id.data : "", c->id.len), c->version);
+    e->cv.notify_all();
+  }
+  /// Waits (a liveness bound of 10 s, not a speed goal) for kind/id/version
+  /// (version 0: any; a gap matches any id).
+  bool wait(uint32_t kind, const std::string &id, uint64_t version = 0) {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(10), [&] {
+      for (auto &[k, i, v] : heard)
+        if (k == kind && (kind == TNX_CHANGE_GAP || i == id) && (version == 0 || v == version)) return true;
+      return false;
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("change feed: another open store's saves and deletes are heard from the index; a compaction is a gap") {
+  TempDir t;
+  Store a(t.path);
+  Store b(t.path);  // another open store: like another process
+  FeedEar ear;
+  char err[512] = "";
+  REQUIRE(plugin()->vtable->watch(a.raw(), &FeedEar::sink, &ear, err, sizeof err) == TNX_OK);
+  CHECK(plugin()->vtable->watch(a.raw(), &FeedEar::sink, &ear, err, sizeof err) == TNX_EINVAL);
+
+  Result own = a.save(task("mine", 1));
+  REQUIRE(own.rc == TNX_OK);
+  CHECK(ear.wait(TNX_CHANGE_SAVED, "mine", own.version));
+  Result other = b.save(task("theirs", 2));
+  REQUIRE(other.rc == TNX_OK);
+  CHECK(ear.wait(TNX_CHANGE_SAVED, "theirs", other.version));  // found by the feed's own look at the index
+  REQUIRE(b.del("theirs").rc == TNX_OK);
+  CHECK(ear.wait(TNX_CHANGE_DELETED, "theirs", other.version));
+
+  // b grows the index past its rewrite size: a follows the new file and says
+  // it may have missed changes.
+  const std::string ctx(16 * 1024, 'c');
+  const fs::path index = t / ".tnx-index";
+  uintmax_t size = fs::file_size(index);
+  bool rewritten = false;
+  for (int round = 0; round < 1000 && !rewritten; ++round) {
+    REQUIRE(b.save(task("big" + std::to_string(round % 5), round, "working", "", ctx)).rc == TNX_OK);
+    const uintmax_t now = fs::file_size(index);
+    rewritten = now < size;
+    size = now;
+  }
+  REQUIRE(rewritten);
+  CHECK(ear.wait(TNX_CHANGE_GAP, ""));
+  Result after = b.save(task("after", 3));
+  REQUIRE(after.rc == TNX_OK);
+  CHECK(ear.wait(TNX_CHANGE_SAVED, "after", after.version));
+
+  REQUIRE(plugin()->vtable->unwatch(a.raw(), err, sizeof err) == TNX_OK);
+  CHECK(plugin()->vtable->unwatch(a.raw(), err, sizeof err) == TNX_EINVAL);
+  size_t before;
+  {
+    std::lock_guard<std::mutex> lk(ear.mu);
+    before = ear.heard.size();
+  }
+  REQUIRE(b.save(task("unheard", 4)).rc == TNX_OK);
+  REQUIRE(a.get("unheard").rc == TNX_OK);  // a catches up: nothing reported any more
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::lock_guard<std::mutex> lk(ear.mu);
+  CHECK(ear.heard.size() == before);
+}
+
+TEST_CASE("change feed: a read-only open has none") {
+  TempDir t;
+  { Store w(t.path); }
+  uint64_t caps = plugin()->capabilities;
+  tnx_store *s = nullptr;
+  const std::string loc = t.path, sel = "file:" + t.path;
+  tnx_open_args a{};
+  a.header = tnx_header(sizeof a);
+  a.scheme = S("file");
+  a.location = S(loc);
+  a.selector = S(sel);
+  a.flags = TNX_OPEN_READ_ONLY;
+  a.capabilities = &caps;
+  char err[512] = "";
+  REQUIRE(plugin()->open(&a, &s, err, sizeof err) == TNX_OK);
+  CHECK((caps & TNX_CAP_CHANGE_FEED) == 0);
+  FeedEar ear;
+  CHECK(plugin()->vtable->watch(s, &FeedEar::sink, &ear, err, sizeof err) == TNX_EUNSUPPORTED);
+  CHECK(plugin()->vtable->close(s, err, sizeof err) == TNX_OK);
 }

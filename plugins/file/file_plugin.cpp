@@ -18,7 +18,8 @@
 //                     id locks
 //   file_store.hpp    FileStore, the sdk::Store that puts them together
 //                     (store_index.cpp: the index's upkeep; store_ops.cpp:
-//                     get, save, del, list, count)
+//                     get, save, del, list, count; store_feed.cpp: the
+//                     change feed of ABI 1.4)
 //
 // ===========================================================================
 // On-disk layout of file:<dir>
@@ -262,6 +263,7 @@ toolnexus::sdk::Store *open_file(const tnx_open_args &args) {
   auto store = std::make_unique<FileStore>(std::move(fd), abs, read_only);
   store->open_index();  // read-write: also cleans up when no other process has it open
   if (!read_only) store->probe_writable();
+  else toolnexus::sdk::clear_capabilities(args, TNX_CAP_CHANGE_FEED);
   return store.release();
 }
 
@@ -275,7 +277,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "list and count; compare-and-set holds between processes (file locks)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED,
     &toolnexus::sdk::open_trampoline<open_file>,
     nullptr,
     "file:<dir>",

@@ -25,6 +25,7 @@
 
 #include "toolnexus/plugin.hpp"
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace toolnexus::file_plugin {
 
@@ -48,6 +50,7 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
       : TaskFiles(std::move(dir), std::move(path)), ro_(read_only), slots_(new std::mutex[kIdSlots]) {}
 
   ~FileStore() override {
+    stop_feed();
     if (index_fd_ >= 0) ::close(index_fd_);
     if (lock_fd_ >= 0) ::close(lock_fd_);
   }
@@ -84,8 +87,35 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   /// Records the close (with the directory's stamp when this is the last
   /// process), so that the next lone open can trust the index.
   void close() override;
+  /// ABI 1.4 (store_feed.cpp): reports every Task and delete record applied
+  /// to the index: this process's at once, other processes' when a thread
+  /// of this store finds .tnx-index grown (an fstat every kFeedPollMs); a
+  /// reload of the whole index (compaction by another process, a rebuild)
+  /// is a gap.
+  void watch(tnx_change_sink sink, void *ctx) override;
+  void unwatch() override;
+
+  /// How often the feed's thread looks for other processes' records.
+  static constexpr int kFeedPollMs = 20;
 
  private:
+  // ---- store_feed.cpp -----------------------------------------------------
+
+  // The feed's thread: catch_up() every kFeedPollMs until stopped.
+  void feed_loop() noexcept;
+  // Stops the thread, unhooks the index, stops the feed. Idempotent.
+  void stop_feed() noexcept;
+  // index_ was replaced or read again from its start (imu_ held
+  // exclusively): hooks the feed to it and reports a gap, when watched.
+  void index_reloaded_locked();
+
+  toolnexus::sdk::ChangeFeed feed_;
+  std::mutex feed_start_mu_;  // serialises watch and unwatch
+  std::mutex feed_mu_;  // guards feed_stop_
+  std::condition_variable feed_cv_;
+  bool feed_stop_ = false;
+  std::thread feed_thread_;
+
   // The stored state of an id, after reconciling the index with the disk.
   struct Current {
     bool present = false;

@@ -150,6 +150,7 @@ bool Index::apply(uint8_t type, std::string_view payload) {
       if (!r.ok() || key.empty()) return false;
       if (e.corrupt) e.time_us = TNX_TIME_NONE;
       put(key, e);
+      if (!bulk && on_change && !named(key)) on_change(key, e.version, false);
       return true;
     }
     case kRecDel: {
@@ -158,6 +159,7 @@ bool Index::apply(uint8_t type, std::string_view payload) {
       if (!r.ok()) return false;
       remove(key);
       tomb(key, v);
+      if (!bulk && on_change && !named(key)) on_change(key, v, true);
       return true;
     }
     case kRecEpoch: {

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory_resource>
 #include <set>
 #include <string>
@@ -255,6 +256,13 @@ struct Index {
 
   /// Applies one record; false when its payload is malformed.
   bool apply(uint8_t type, std::string_view payload);
+
+  /// The store's change feed (ABI 1.4, store_feed.cpp): called by apply()
+  /// for every Task and delete record outside bulk mode, with the id, its
+  /// version (a delete: the last one) and whether it was a delete; not for
+  /// named keys (corrupt files known by name only). Empty when nobody
+  /// watches. Called with the store's imu_ held: must not block.
+  std::function<void(std::string_view id, uint64_t version, bool deleted)> on_change;
 
   /// Appends the framed kRecTask record of entry `e` of `key` to `out`.
   static void task_record(std::string &out, std::string_view key, const EntryView &e);

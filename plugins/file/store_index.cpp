@@ -86,6 +86,7 @@ void FileStore::recover() {
 }
 
 void FileStore::close() {
+  stop_feed();
   if (ro_ || lock_fd_ < 0 || my_slot_ < 0) return;
   std::lock_guard<std::mutex> am(append_mu_);
   IndexLock il(lock_fd_, path(kLockName));
@@ -207,6 +208,7 @@ void FileStore::read_new_locked(uint64_t size) {
     if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
     index_ = std::make_unique<Index>();
     offset_ = 0;
+    index_reloaded_locked();
     struct stat st;
     if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
     size = static_cast<uint64_t>(st.st_size);
@@ -366,6 +368,7 @@ void FileStore::rebuild_locked(bool loaded, std::string *) {
   for (const auto &kv : index_->entries)
     if (seen.find(std::string(kv.first)) == seen.end()) gone.emplace_back(kv.first);
   for (const auto &k : gone) index_->remove(k);
+  index_reloaded_locked();  // changes made here, not by applied records
 }
 
 IEntry FileStore::read_entry(const std::string &name, const std::optional<StemInfo> &info,
