@@ -46,16 +46,18 @@ TaskLifecycle::~TaskLifecycle() {
 void TaskLifecycle::start() {
   if (started_) return;
   started_ = true;
-  for (unsigned i = 0; i < options_.workers; ++i)
-    workers_.push_back(start_named_thread("tnx-run", [this] { worker_loop(); }));
-  renewer_ = start_named_thread("tnx-renew", [this] { renewer_loop(); });
-  settler_ = start_named_thread("tnx-settle", [this] { settler_loop(); });
+  // The feed first: the renewer reads feed_ (set before it starts, reset
+  // after it ends).
   try {
     feed_ = store_->watch_changes([this](const StoreChange &c) { on_store_change(c); });
   } catch (const std::exception &e) {
     log_.warn(std::string("the store's change feed did not start (checking running Tasks for cancels by polling "
                           "instead): ") + e.what());
   }
+  for (unsigned i = 0; i < options_.workers; ++i)
+    workers_.push_back(start_named_thread("tnx-run", [this] { worker_loop(); }));
+  renewer_ = start_named_thread("tnx-renew", [this] { renewer_loop(); });
+  settler_ = start_named_thread("tnx-settle", [this] { settler_loop(); });
 }
 
 void TaskLifecycle::on_store_change(const StoreChange &c) {
@@ -133,7 +135,6 @@ void TaskLifecycle::stop() {
     for (auto &w : workers_) w.join();
     workers_.clear();
     for (WorkItem &item : left) fail_unstarted(item, "The server stopped before running this Task.");
-    feed_.reset();  // waits for a listener call in progress
     {
       std::lock_guard<std::mutex> lock(maint_mu_);
       stop_maintenance_ = true;
@@ -141,6 +142,7 @@ void TaskLifecycle::stop() {
     maint_cv_.notify_all();
     if (renewer_.joinable()) renewer_.join();
     if (settler_.joinable()) settler_.join();
+    feed_.reset();  // after the renewer (it reads feed_); waits for a listener call in progress
   });
 }
 

@@ -398,8 +398,9 @@ class TaskLifecycle {
   /// A Task running here has changed in the store (guarded by maint_mu_):
   /// the renewer runs a pass now.
   bool recheck_now_ = false;
-  /// The store's change feed, from start() to the end of stop(); null when
-  /// the store has none (the renewer then polls every cancel_poll_ms).
+  /// The store's change feed, set in start() before the renewer starts and
+  /// reset in stop() after it ended (so the renewer reads it unlocked); null
+  /// when the store has none (the renewer then polls every cancel_poll_ms).
   std::unique_ptr<ChangeSubscription> feed_;
   /// A feed's news (any thread, must not block): marks a running Task, or
   /// all of them on a gap, for re-reading and wakes the renewer.
