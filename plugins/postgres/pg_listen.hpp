@@ -8,7 +8,8 @@
 // for notifications with poll() on the connection's socket and on an
 // eventfd that stop() signals, so that stopping never waits on the network.
 // When the connection is lost (server restart, pg_terminate_backend, a
-// network failure found by TCP keepalives) the thread reconnects with a
+// network failure found by TCP keepalives, a connection that stops answering:
+// a ping every 5 s must be answered within 5 s) the thread reconnects with a
 // backoff of 50 ms doubling to 2 s, and once LISTEN runs again reports a
 // gap: what was committed while no one listened is not known, so the host
 // re-reads. Nothing of it ever blocks a get, save or list of the store.
@@ -89,6 +90,14 @@ class Listener {
   /// kBackoffMax.
   static constexpr std::chrono::milliseconds kBackoffMin{50};
   static constexpr std::chrono::milliseconds kBackoffMax{2000};
+  /// A quiet listening connection is asked to answer (it runs its LISTEN
+  /// again, a no-op that keeps pg_stat_activity's text) every kPingEvery; no
+  /// answer within kPingReply counts as a lost connection (reconnect, gap).
+  /// TCP keepalives alone never fire while the peer's kernel still answers
+  /// for a backend or proxy that stopped delivering (found by a fresh-user
+  /// pass: a stopped backend kept other replicas' streams open for minutes).
+  static constexpr std::chrono::milliseconds kPingEvery{5000};
+  static constexpr std::chrono::milliseconds kPingReply{5000};
 
   /// `feed` is the store's; it outlives the listener.
   Listener(Setup setup, const sdk::ChangeFeed &feed) : s_(std::move(setup)), feed_(feed) {}
@@ -227,9 +236,17 @@ class Listener {
     }
   }
 
+  /// Sends the ping (see kPingEvery); false when it cannot be sent.
+  bool send_ping(PGconn *pg) const {
+    const std::string ping = "LISTEN " + quote_ident(s_.channel);
+    return PQsendQuery(pg, ping.c_str()) != 0 && PQflush(pg) >= 0;
+  }
+
   /// The thread: listens on `pg` until stop(), reconnecting after a loss.
   void run(PGconn *pg) {
     auto backoff = kBackoffMin;
+    clock::time_point next_ping = clock::now() + kPingEvery;
+    bool pinging = false;  // a ping is out; next_ping is then its reply's deadline
     for (;;) {
       if (pg == nullptr) {
         try {
@@ -241,15 +258,33 @@ class Listener {
           continue;
         }
         backoff = kBackoffMin;
+        next_ping = clock::now() + kPingEvery;
+        pinging = false;
         // LISTEN runs again: whatever committed while no one listened is
         // unknown. The host re-reads; everything later is heard.
         feed_.gap();
       }
-      const int w = PQsocket(pg) < 0 ? 1 : wait(PQsocket(pg), POLLIN, clock::time_point::max());
+      const int w = PQsocket(pg) < 0 ? 1 : wait(PQsocket(pg), POLLIN, next_ping);
       if (w < 0) break;
-      const bool read = PQconsumeInput(pg) != 0;
-      deliver(pg);  // what arrived before a loss still counts
-      if (!read || PQstatus(pg) != CONNECTION_OK || PQsocket(pg) < 0) {
+      bool lost = false;
+      if (w == 0) {
+        // Quiet until the deadline: ping, or the ping went unanswered.
+        if (pinging || !send_ping(pg)) lost = true;
+        else {
+          pinging = true;
+          next_ping = clock::now() + kPingReply;
+        }
+      } else {
+        const bool read = PQconsumeInput(pg) != 0;
+        deliver(pg);  // what arrived before a loss still counts
+        lost = !read;
+        if (read && pinging && PQisBusy(pg) == 0) {
+          while (PGresult *r = PQgetResult(pg)) PQclear(r);
+          pinging = false;
+          next_ping = clock::now() + kPingEvery;
+        }
+      }
+      if (lost || PQstatus(pg) != CONNECTION_OK || PQsocket(pg) < 0) {
         PQfinish(pg);
         pg = nullptr;
       }

@@ -6,6 +6,8 @@
 
 #include "pg_test_util.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -214,6 +216,31 @@ TEST_CASE("change feed: the listening connection terminated: the feed reconnects
   const auto after = listener_pids(admin, t);
   REQUIRE(after.size() == 1);
   CHECK(after[0] != before[0]);
+}
+
+TEST_CASE("change feed: a listening connection that stops answering (its backend stopped) is replaced: gap, nothing lost") {
+  // TCP keepalives never fire while the peer's kernel answers for a backend
+  // (or a proxy) that stopped delivering; the listener's ping must find it.
+  const std::string t = unique("feed_stall");
+  auto a = open_store(t), b = open_store(t);
+  Heard heard;
+  auto sub = a->watch_changes(heard.listener());
+  REQUIRE(sub != nullptr);
+  const uint64_t v0 = b->save(make_task("s0", "ctx", "working", 1));
+  REQUIRE_MESSAGE(heard.wait_for(Kind::saved, "s0", v0), describe(heard.all()));
+  Admin admin;
+  const auto before = listener_pids(admin, t);
+  REQUIRE(before.size() == 1);
+  const pid_t backend = static_cast<pid_t>(std::stol(before[0]));
+  REQUIRE(::kill(backend, SIGSTOP) == 0);
+  const uint64_t v1 = b->save(make_task("s1", "ctx", "working", 2));
+  // A ping every 5 s, answered within 5 s: a liveness bound, not a goal.
+  const bool gap = heard.wait_for(Kind::gap, "", 0, std::chrono::milliseconds(30000)).has_value();
+  ::kill(backend, SIGCONT);
+  REQUIRE_MESSAGE(gap, describe(heard.all()));
+  CHECK(a->get("s1")->version == v1);  // what the host re-reads on the gap
+  const uint64_t v2 = b->save(make_task("s2", "ctx", "working", 3));
+  REQUIRE_MESSAGE(heard.wait_for(Kind::saved, "s2", v2), describe(heard.all()));
 }
 
 TEST_CASE("change feed: latency from a save on one replica to the other's feed (reported, not asserted)") {
