@@ -40,6 +40,9 @@ void TaskWatch::start() {
   try {
     feed_ = store_->watch_changes([this](const StoreChange &c) { on_change(c); });
     has_feed_ = feed_ != nullptr;
+    if (!has_feed_)
+      log_.info("the store has no change feed (TNX_CAP_CHANGE_FEED): Tasks watched by streams and waiters are read "
+                "again every " + std::to_string(options_.poll_ms) + " ms to learn of other servers' changes");
   } catch (const std::exception &e) {
     log_.warn(std::string("the store's change feed did not start (watching Tasks by polling instead): ") + e.what());
   }
@@ -352,6 +355,14 @@ void TaskWatch::poll_loop() {
         stale_cv_.wait(lock, [this] { return stopping_.load() || !stale_.empty(); });
         if (stopping_.load()) return;
         work.swap(stale_);
+      }
+      // Said here, not in on_change (a feed's sink must not do I/O).
+      const uint64_t gaps = feed_gaps_.load();
+      if (gaps != gaps_logged_) {
+        log_.warn("the store's change feed reported " + std::to_string(gaps - gaps_logged_) +
+                  " gap(s) (its connection or log lost track, e.g. a reconnect): every watched Task (" +
+                  std::to_string(work.size()) + ") is read again");
+        gaps_logged_ = gaps;
       }
       for (const auto &[id, wanted] : work) {
         if (stopping_.load()) return;

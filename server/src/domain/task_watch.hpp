@@ -292,6 +292,8 @@ class TaskWatch {
   std::unordered_map<std::string, uint64_t> stale_;
   std::atomic<uint64_t> rereads_{0};
   std::atomic<uint64_t> feed_gaps_{0};
+  /// feed_gaps_ as last logged (poll_loop's thread only).
+  uint64_t gaps_logged_ = 0;
   std::atomic<bool> has_feed_{false};
 };
 
