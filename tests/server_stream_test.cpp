@@ -551,3 +551,38 @@ TEST_CASE("with the store's change feed (ABI 1.4), a change made by another serv
   REQUIRE(!rest.empty());
   CHECK(std::string(parse(rest.back().data)["statusUpdate"]["status"]["state"].GetString()) == "TASK_STATE_CANCELED");
 }
+
+TEST_CASE("a Task finished by hand (store put) ends its open stream with the Task as it is, not silently") {
+  // `toolnexus store put --expect-version` (docs/operations.md, "Writing
+  // Tasks by hand") writes no event: the stream must still say the state it
+  // ends on (a fresh-user pass saw it end after the snapshot, and a resume
+  // from its last id then returned nothing).
+  auto server = serve_with("approval");
+  Client c(server.url());
+  const std::string id = task_id(c.send("finish me by hand"));
+  c.wait_settled(id);
+  Connection conn(port_of(server.url()));
+  SseReader sse(conn, rpc_request("SubscribeToTask", R"({"id":)" + q(id) + "}", "1", "A2A-Version: 1.0\r\n"));
+  REQUIRE(sse.status() == 200);
+  auto snap = sse.next();
+  REQUIRE(snap);
+  CHECK(std::string(parse(snap->data)["result"]["task"]["status"]["state"].GetString()) == "TASK_STATE_INPUT_REQUIRED");
+
+  auto rec = server.store()->get(id);
+  REQUIRE(rec);
+  std::string json = rec->json;
+  const std::string from = R"("status":{"state":"input-required")", to = R"("status":{"state":"completed")";
+  const auto at = json.find(from);
+  REQUIRE(at != std::string::npos);
+  json.replace(at, from.size(), to);
+  toolnexus::SaveOptions o;
+  o.expected_version = rec->version;
+  o.owner = rec->owner;
+  o.tenant = rec->tenant;
+  server.store()->save(toolnexus::Task::parse(json), o);
+
+  auto rest = sse.rest();
+  CHECK(sse.ended());
+  REQUIRE(rest.size() == 1);
+  CHECK(std::string(parse(rest[0].data)["result"]["task"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
+}

@@ -128,9 +128,18 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
     const std::string_view state = latest->task.state();
     if (cursor_ >= newest &&
         (ts::is_terminal(state) || (ts::is_interrupted(state) && (!subscribe_ || changed_)))) {
+      // A newer record than the client has, with no event of its own (a Task
+      // finished by hand with `toolnexus store put`): its last frame is the
+      // Task as it is, so the stream never ends on a state it did not say.
+      if (frames.empty() && sent_version_ != 0 && latest->version > sent_version_) {
+        std::string last;
+        append_payload_frame(last, style_, newest, cache.snapshot(latest->task, latest->version, d, history_length_));
+        sse_->write(last);
+      }
       end();
       return false;
     }
+    if (!frames.empty()) sent_version_ = latest->version;
     return true;
   }
 
@@ -186,6 +195,8 @@ class TaskStream final : public TaskSubscriber, public std::enable_shared_from_t
   Clock::duration keepalive_;
   Clock::time_point last_write_;
   uint64_t cursor_ = 0;
+  /// The record version the last frames written came from (0: none yet).
+  uint64_t sent_version_ = 0;
   bool started_ = false;
   bool changed_ = false;
   std::atomic<bool> behind_{false};
