@@ -153,6 +153,18 @@ std::string call(int port, const std::string &body) {
   return p == std::string::npos ? std::string() : in.substr(p + 4);
 }
 
+/// A non-blocking SendMessage of `text` (message id `message_id`); returns
+/// the new Task's id.
+std::string start_task(int port, const std::string &text, const std::string &message_id) {
+  const std::string r =
+      call(port, R"({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER",)"
+                 R"("messageId":")" + message_id + R"(","parts":[{"text":")" + text +
+                     R"("}]},"configuration":{"returnImmediately":true}}})");
+  const auto p = r.find(R"("id":")", r.find(R"("task")"));
+  if (p == std::string::npos) throw std::runtime_error("SendMessage failed: " + r);
+  return r.substr(p + 6, 36);
+}
+
 /// The sum of every toolnexus_store_operations_total sample in the
 /// Prometheus text of the admin listener on `port`.
 double store_operations(int port) {
@@ -241,13 +253,7 @@ int main(int argc, char **argv) {
 
   std::vector<std::string> ids;
   for (int t = 0; t < tasks; ++t) {
-    const std::string r =
-        call(port, R"({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER",)"
-                   R"("messageId":"m)" + std::to_string(t) +
-                       R"(","parts":[{"text":"tick"}]},"configuration":{"returnImmediately":true}}})");
-    const auto p = r.find(R"("id":")", r.find(R"("task")"));
-    if (p == std::string::npos) throw std::runtime_error("SendMessage failed: " + r);
-    ids.push_back(r.substr(p + 6, 36));
+    ids.push_back(start_task(port, "tick", "m" + std::to_string(t)));
   }
   const int ep = ::epoll_create1(0);
   std::vector<Sub> subs(static_cast<std::size_t>(subscribers));
@@ -364,13 +370,7 @@ int main(int argc, char **argv) {
   for (int c = 0; c < cancels; ++c) {
     ticker->spinning = false;
     ticker->cancel_seen_ns = 0;
-    const std::string r =
-        call(port, R"({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER",)"
-                   R"("messageId":"spin)" + std::to_string(c) +
-                       R"(","parts":[{"text":"spin"}]},"configuration":{"returnImmediately":true}}})");
-    const auto p = r.find(R"("id":")", r.find(R"("task")"));
-    if (p == std::string::npos) throw std::runtime_error("SendMessage failed: " + r);
-    const std::string id = r.substr(p + 6, 36);
+    const std::string id = start_task(port, "spin", "spin" + std::to_string(c));
     while (!ticker->spinning) std::this_thread::sleep_for(std::chrono::microseconds(200));
     // "working" must be stored for the other replica to cancel it as running.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

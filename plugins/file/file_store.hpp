@@ -105,6 +105,8 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   void feed_loop() noexcept;
   // Stops the thread, unhooks the index, stops the feed. Idempotent.
   void stop_feed() noexcept;
+  // Points index_->on_change at the feed (imu_ held exclusively).
+  void hook_index_locked();
   // index_ was replaced or read again from its start (imu_ held
   // exclusively): hooks the feed to it and reports a gap, when watched.
   void index_reloaded_locked();

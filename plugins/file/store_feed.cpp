@@ -22,10 +22,7 @@ void FileStore::watch(tnx_change_sink sink, void *ctx) {
   feed_.start(sink, ctx);
   {
     std::unique_lock<std::shared_mutex> l(imu_);
-    index_->on_change = [this](std::string_view id, uint64_t version, bool deleted) {
-      if (deleted) feed_.deleted(id, version);
-      else feed_.saved(id, version);
-    };
+    hook_index_locked();
   }
   {
     std::lock_guard<std::mutex> lk(feed_mu_);
@@ -75,12 +72,16 @@ void FileStore::stop_feed() noexcept {
   feed_.stop();
 }
 
-void FileStore::index_reloaded_locked() {
-  if (!feed_.running()) return;
+void FileStore::hook_index_locked() {
   index_->on_change = [this](std::string_view id, uint64_t version, bool deleted) {
     if (deleted) feed_.deleted(id, version);
     else feed_.saved(id, version);
   };
+}
+
+void FileStore::index_reloaded_locked() {
+  if (!feed_.running()) return;
+  hook_index_locked();
   feed_.gap();
 }
 
