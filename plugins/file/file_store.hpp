@@ -107,8 +107,9 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   void stop_feed() noexcept;
   // Points index_->on_change at the feed (imu_ held exclusively).
   void hook_index_locked();
-  // index_ was replaced or read again from its start (imu_ held
-  // exclusively): hooks the feed to it and reports a gap, when watched.
+  // index_ was replaced or rebuilt (imu_ held exclusively): hooks the
+  // feed to it and reports a gap, when watched. (A move found by
+  // read_new_locked says its gap only after the new file is read.)
   void index_reloaded_locked();
 
   toolnexus::sdk::ChangeFeed feed_;

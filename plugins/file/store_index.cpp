@@ -138,6 +138,18 @@ bool FileStore::load_file_locked() {
 }
 
 void FileStore::read_new_locked(uint64_t size) {
+  // After a move the whole new file is read in bulk (no record reported):
+  // the gap is said once it is read, so what another process appends
+  // after that (to a size this read did not reach) is reported record by
+  // record, never lost between the gap and the host's re-read.
+  bool reloaded = false;
+  struct Gap {
+    FileStore *store;
+    bool &reloaded;
+    ~Gap() {
+      if (reloaded && store->feed_.running()) store->feed_.gap();
+    }
+  } gap{this, reloaded};
   for (int moves = 0; moves < 8; ++moves) {
     if (size <= offset_) return;
     index_->bulk = offset_ == 0;  // the whole file: see Index::bulk
@@ -208,7 +220,8 @@ void FileStore::read_new_locked(uint64_t size) {
     if (index_fd_ < 0) throw Error(TNX_EIO, "cannot open '" + path(kIndexName) + "': " + errtext(errno));
     index_ = std::make_unique<Index>();
     offset_ = 0;
-    index_reloaded_locked();
+    if (feed_.running()) hook_index_locked();
+    reloaded = true;
     struct stat st;
     if (::fstat(index_fd_, &st) != 0) throw Error(TNX_EIO, "cannot stat '" + path(kIndexName) + "': " + errtext(errno));
     size = static_cast<uint64_t>(st.st_size);
