@@ -124,6 +124,9 @@ struct TaskRecord {
   /// the store's reason it cannot be decoded, naming where (ABI 1.2; "" from
   /// older plugins, whose unreadable records show only by their JSON).
   std::string problem;
+  /// The due time saved with it (SaveOptions::due_us), µs since the epoch,
+  /// or kNoTime (none, or a store without TNX_CAP_DUE_INDEX).
+  int64_t due_us = kNoTime;
 
   /// Parses `json`. Throws StoreError(Status::corrupt) naming the id when the
   /// record has a problem, or the stored bytes are not a valid Task or are
