@@ -326,3 +326,28 @@ TEST_CASE("a2a_task of a record with a version: the stored-read checks, and the 
   flagged.problem = "CRC mismatch";
   CHECK(corrupt(flagged) == "stored task 't' is unreadable: CRC mismatch");
 }
+
+TEST_CASE("parse_timestamp: the arithmetic path gives what Poco's parser gave (values from Poco 1.12)") {
+  const std::pair<const char *, int64_t> known[] = {
+      {"1970-01-01T00:00:00Z", 0},
+      {"2026-11-29T20:58:33.5Z", 1795985913500000},
+      {"2026-11-29T20:58:33.123456789Z", 1795985913123456},  // a fraction cut to microseconds
+      {"2026-11-29t20:58:33.12+01:30", 1795980513120000},
+      {"1000-01-01T00:00:00Z", -30610224000000000},  // proleptic Gregorian
+      {"0000-01-01T00:00:00z", -62167219200000000},
+      {"2024-02-29T23:59:59.999999-00:01", 1709251259999999},
+      {"2026-11-29T20:58:60Z", 1795985940000000},  // a leap second: Poco's path, as before
+  };
+  for (const auto &[text, us] : known) {
+    CAPTURE(text);
+    int64_t got = 0;
+    CHECK(parse_timestamp(text, got));
+    CHECK(got == us);
+  }
+  int64_t ignored = 0;
+  for (const char *bad : {"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-01-01T24:00:00Z",
+                          "2026-01-00T00:00:00Z"}) {
+    CAPTURE(std::string(bad));
+    CHECK_FALSE(parse_timestamp(bad, ignored));
+  }
+}
