@@ -226,6 +226,15 @@ TEST_CASE("a corrupt stored record is reported as corrupt, naming the id") {
   }
 }
 
+TEST_CASE("is_valid_utf8: a lone byte of a byte order mark is no character, at the start too") {
+  // RapidJSON's EncodedInputStream skipped EF, BB and BF at the start.
+  CHECK_FALSE(is_valid_utf8("\xbb"));
+  CHECK_FALSE(is_valid_utf8("\xbf tail"));
+  CHECK_FALSE(is_valid_utf8("\xef"));
+  CHECK_FALSE(is_valid_utf8("a\xbb"));
+  CHECK(is_valid_utf8("\xef\xbb\xbf"));  // U+FEFF itself is a character
+}
+
 TEST_CASE("is_valid_utf8 finds a bad byte wherever it is among ASCII runs (the word-at-a-time scan)") {
   const std::string good = "é😀€";  // 2, 4 and 3 byte sequences
   for (std::size_t at = 0; at < 20; ++at) {

@@ -70,6 +70,17 @@ struct NullOutput {
 
 namespace {
 
+// Bytes for rapidjson::UTF8<>::Validate, '\0' past the end (which no
+// sequence continues with). Not RapidJSON's EncodedInputStream over a
+// MemoryStream: it skips the bytes EF, BB, BF where it starts (a byte order
+// mark's, each alone too), so is_valid_utf8("\xbb") was true.
+struct ByteStream {
+  using Ch = char;
+  const char *p;
+  const char *end;
+  char Take() noexcept { return p == end ? '\0' : *p++; }
+};
+
 // The offset of the first byte of `s` that starts no valid UTF-8 sequence,
 // or npos. Runs of ASCII are skipped eight bytes at a time (stored Tasks
 // are mostly ASCII), the rest decoded by RapidJSON's validator.
@@ -85,14 +96,13 @@ std::size_t utf8_error_at(std::string_view s) noexcept {
     while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
     if (i == s.size()) break;
     // A non-ASCII byte: validate sequences until ASCII again.
-    rapidjson::MemoryStream ms(s.data() + i, s.size() - i);
-    rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
+    ByteStream is{s.data() + i, s.data() + s.size()};
     NullOutput out;
-    while (is.Tell() < s.size() - i && static_cast<unsigned char>(s[i + is.Tell()]) >= 0x80) {
-      const std::size_t at = i + is.Tell();
+    while (is.p != is.end && static_cast<unsigned char>(*is.p) >= 0x80) {
+      const std::size_t at = static_cast<std::size_t>(is.p - s.data());
       if (!rapidjson::UTF8<>::Validate(is, out)) return at;
     }
-    i += is.Tell();
+    i = static_cast<std::size_t>(is.p - s.data());
   }
   return std::string_view::npos;
 }
