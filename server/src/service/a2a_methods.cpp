@@ -58,11 +58,13 @@ struct ThreadState {
     doc.SetNull();
     alloc.Clear();
   }
-  /// ListTasks parses each stored record of a page into this, in place
+  /// ListTasks and GetTask parse each stored record into this, in place
   /// (TaskRecord::a2a_task_in_place), one after the other: the request's
-  /// `doc` holds the params meanwhile.
-  char stored_buffer[kBuffer];
-  rapidjson::MemoryPoolAllocator<> stored_alloc{stored_buffer, kBuffer};
+  /// `doc` holds the params meanwhile. An echo Task's values take ~3 KiB
+  /// (strings stay in the record); a bigger one spills into heap chunks.
+  static constexpr std::size_t kStoredBuffer = 16 * 1024;
+  char stored_buffer[kStoredBuffer];
+  rapidjson::MemoryPoolAllocator<> stored_alloc{stored_buffer, kStoredBuffer};
   rapidjson::Document stored{&stored_alloc};
   void reset_stored() {
     stored.SetNull();
