@@ -1426,6 +1426,14 @@ void PgStore::setup_due(Conn &c, const std::string &what, bool create) {
     const Params none;
     exec_sql(c, "SAVEPOINT tnx_due", none, what, timeout_ms_);
     try {
+      // The index reads the whole table once (a big one may take longer
+      // than a statement may); ALTER TABLE waits for every running
+      // statement on the table and holds off new ones meanwhile, so that
+      // wait is bounded by tnx_statement_timeout_ms (past it the store
+      // opens without the due index; the next open tries again).
+      exec_sql(c, "SET LOCAL statement_timeout = 0", none, what, timeout_ms_);
+      if (opt_.statement_timeout_ms != 0)
+        exec_sql(c, "SET LOCAL lock_timeout = " + std::to_string(opt_.statement_timeout_ms), none, what, timeout_ms_);
       for (const std::string &s : sql_.create_due(column == 0)) exec_sql(c, s, none, what, 0);
       probe(column, has_index);
     } catch (const ConnectionLost &) {

@@ -406,6 +406,19 @@ TEST_CASE("due index (ABI 1.5): a version 3 table without it gains it at a read-
   CHECK(r->save(make_task("r1", "c", "working", 20)) == 1);
   expect_status(Status::unsupported, [&] { r->list(due); });
   CHECK(admin.scalar(has_column, {t}) == "0");
+
+  // A transaction reading the table holds the owner's ALTER TABLE off: the
+  // open waits at most tnx_statement_timeout_ms for it (not forever, while
+  // every other statement on the table would queue behind it), then opens
+  // without the due index; the next open adds it.
+  Admin reader;
+  reader.exec("BEGIN; LOCK TABLE " + t + " IN ACCESS SHARE MODE");
+  auto waited = open_store(t, "tnx_statement_timeout_ms=300");
+  CHECK((waited->info().capabilities & TNX_CAP_DUE_INDEX) == 0);
+  CHECK(waited->get("r1").has_value());
+  reader.exec("COMMIT");
+  CHECK((open_store(t)->info().capabilities & TNX_CAP_DUE_INDEX) != 0);
+  CHECK(admin.scalar(has_column, {t}) == "1");
 }
 
 TEST_CASE("a newer schema is refused; a table that is not ours is refused") {
