@@ -1256,7 +1256,6 @@ class SqliteStore final : public toolnexus::sdk::Store {
         w.exec("UPDATE tnx_wal_state SET wal_required = 0 WHERE wal_required <> 0", "sqlite: open");
       }
     }
-    has_due_ = w.query_int(kDueProbeSql, "sqlite: open") == 2;
     ws_.begin = w.prepare("BEGIN IMMEDIATE");
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
@@ -1536,6 +1535,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
         ensure_schema(w);
         if (!read_only_) ensure_side_tables(w);
         if (!read_only_) ensure_due_index(w);
+        has_due_ = w.query_int(kDueProbeSql, "sqlite: open") == 2;
         return;
       } catch (const SqlError &e) {
         const int primary = e.rc & 0xff;
