@@ -614,6 +614,7 @@ std::string gen_task_json(size_t i, size_t n, int64_t now_us) {
          R"(","parts":[{"kind":"text","text":"hello from the million Tasks bench"}]}]})";
 }
 
+// --gen-tasks: N Tasks as JSON lines on stdout, or as DIR/<id>.json files.
 void gen_tasks(size_t n, const std::string &into) {
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
@@ -647,6 +648,8 @@ void gen_tasks(size_t n, const std::string &into) {
   std::fflush(stdout);
 }
 
+// --page-bench: p50 of list 50 + count (the caller's first ListTasks page)
+// over 180 runs after 20 that warm the caches.
 void page_bench(const std::string &selector, size_t fill) {
   auto store = resolve_store(expand(selector));
   if (fill != 0) {
@@ -690,6 +693,7 @@ std::string group_row_json(size_t i) {
          R"("artifacts":[{"artifactId":"a","parts":[{"kind":"text","text":"hello from the load program"}]}]})";
 }
 
+// --group-commit on sqlite:PATH: N rows, 64 per COMMIT, into the plugin's table.
 void group_commit_sqlite(const std::string &sel, size_t n) {
   const std::string path = sel.substr(7, sel.find('?') == std::string::npos ? std::string::npos : sel.find('?') - 7);
   resolve_store(sel)->close();  // the plugin's own schema
@@ -733,6 +737,7 @@ void group_commit_sqlite(const std::string &sel, size_t n) {
               static_cast<double>(n) / s, n, batch);
 }
 
+// --group-commit on file:DIR: N durable file writes from 64 threads.
 void group_commit_file(const std::string &sel, size_t n) {
   const fs::path dir = sel.substr(5);
   fs::create_directories(dir);
