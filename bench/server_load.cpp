@@ -18,6 +18,14 @@
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
 //               [--store SELECTOR] [--dialect both|0.3|1.0] [--blocking]
+//               [--requests N] [--list-page]
+//
+// --requests N: the SendMessage phase sends exactly N requests (no warm-up,
+// no time limit) and reports their rate: how bench/million.py fills a memory
+// store with N Tasks. --list-page: --method get times ListTasks pages of 50
+// (newest first, the caller's Tasks; v1.0 with --dialect 1.0) instead of
+// GetTask.
+//
 //   server_load --method reads [--store SELECTOR] [--tasks N] [--reps N]
 //
 // --method reads (in-process server only): the A2A layer's cost over the
@@ -114,6 +122,11 @@ int connect_to(const Target &t) {
 // SendMessage blocks until the Task is done (--blocking) or answers at once.
 std::string g_dialect = "0.3";
 bool g_blocking = false;
+bool g_list_page = false;
+// --requests: SendMessage requests left to send when g_limited (else the
+// phase is timed).
+bool g_limited = false;
+std::atomic<int64_t> g_budget{0};
 
 std::string http_post(const Target &t, const std::string &body) {
   return "POST / HTTP/1.1\r\nHost: " + t.host_header +
@@ -174,6 +187,8 @@ std::string send_body(uint64_t n) {
 }
 
 std::string get_body(uint64_t n, const std::string &id) {
+  if (g_list_page)
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) + R"(,"method":"ListTasks","params":{"pageSize":50}})";
   return R"({"jsonrpc":"2.0","id":)" + std::to_string(n) + R"(,"method":"GetTask","params":{"id":")" +
          id + R"("}})";
 }
@@ -186,6 +201,7 @@ struct Conn {
   std::string in;
   Clock::time_point started;
   uint64_t seq = 0;
+  bool idle = false;  // --requests used up: sends nothing more
 };
 
 struct ThreadResult {
@@ -203,7 +219,17 @@ void client_thread(const std::vector<Target> &targets, int first_conn, int conns
   const int ep = ::epoll_create1(0);
   std::vector<Conn> cs(static_cast<size_t>(conns));
   uint64_t counter = seed;
-  auto next_request = [&](Conn &c) {
+  int active = conns;
+  // False (and the connection idle) when --requests is used up.
+  auto next_request = [&](Conn &c) -> bool {
+    if (c.idle) return false;
+    if (g_limited && g_budget.fetch_sub(1) <= 0) {
+      c.out.clear();
+      c.sent = 0;
+      c.idle = true;
+      --active;
+      return false;
+    }
     ++counter;
     const std::string body =
         send_message ? send_body(counter) : get_body(counter, (*ids)[counter % ids->size()]);
@@ -211,6 +237,7 @@ void client_thread(const std::vector<Target> &targets, int first_conn, int conns
     c.sent = 0;
     c.in.clear();
     c.started = Clock::now();
+    return true;
   };
   auto flush = [&](Conn &c) -> bool {
     while (c.sent < c.out.size()) {
@@ -228,19 +255,22 @@ void client_thread(const std::vector<Target> &targets, int first_conn, int conns
     ev.events = EPOLLIN;
     ev.data.u64 = i;
     ::epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
-    next_request(c);
-    flush(c);
+    if (next_request(c)) flush(c);
   }
   res.latencies_us.reserve(1 << 20);
   std::vector<epoll_event> events(static_cast<size_t>(conns));
   char buf[65536];
-  while (!stop.load(std::memory_order_relaxed)) {
+  while (!stop.load(std::memory_order_relaxed) && active > 0) {
     const int n = ::epoll_wait(ep, events.data(), conns, 100);
     for (int e = 0; e < n; ++e) {
       Conn &c = cs[events[static_cast<size_t>(e)].data.u64];
       const ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
       if (r <= 0) {
         if (r < 0 && errno == EAGAIN) continue;
+        if (c.idle) {
+          ::epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
+          continue;
+        }
         ++res.errors;
         if (res.first_error.empty()) res.first_error = "connection closed by the server";
         ::epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -250,8 +280,7 @@ void client_thread(const std::vector<Target> &targets, int first_conn, int conns
         ev.events = EPOLLIN;
         ev.data.u64 = static_cast<uint64_t>(&c - cs.data());
         ::epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
-        next_request(c);
-        flush(c);
+        if (next_request(c)) flush(c);
         continue;
       }
       c.in.append(buf, static_cast<size_t>(r));
@@ -273,8 +302,7 @@ void client_thread(const std::vector<Target> &targets, int first_conn, int conns
           if (res.first_error.empty()) res.first_error = c.in.substr(0, 400);
         }
       }
-      next_request(c);
-      flush(c);
+      if (next_request(c)) flush(c);
     }
   }
   for (Conn &c : cs) ::close(c.fd);
@@ -303,14 +331,23 @@ Report run_phase(const std::vector<Target> &t, int connections, int threads, boo
                     std::ref(results[static_cast<size_t>(i)]));
     first_conn += n;
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
-  const auto start = Clock::now();
-  measure = true;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  measure = false;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  stop = true;
-  for (auto &th : ts) th.join();
+  double elapsed = 0;
+  if (g_limited) {
+    // --requests: every answer counts; the threads end when it is used up.
+    const auto start = Clock::now();
+    measure = true;
+    for (auto &th : ts) th.join();
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } else {
+    std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
+    const auto start = Clock::now();
+    measure = true;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    measure = false;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    stop = true;
+    for (auto &th : ts) th.join();
+  }
   Report rep;
   std::vector<uint32_t> all;
   for (auto &r : results) {
@@ -581,6 +618,7 @@ int main(int argc, char **argv) {
   std::string store = "memory";
   size_t read_tasks = 10000;
   int reps = 2000;
+  long long requests = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -605,6 +643,8 @@ int main(int argc, char **argv) {
     else if (a == "--method") method = value();
     else if (a == "--dialect") dialects = value();
     else if (a == "--blocking") g_blocking = true;
+    else if (a == "--list-page") g_list_page = true;
+    else if (a == "--requests") requests = std::atoll(value().c_str());
     else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--store") store = value();
@@ -616,6 +656,7 @@ int main(int argc, char **argv) {
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
                    "                   [--dialect both|0.3|1.0] [--blocking]\n"
                    "                   [--server-threads N] [--workers N] [--store SELECTOR]\n"
+                   "                   [--requests N] [--list-page]\n"
                    "       server_load --method reads [--store SELECTOR] [--tasks N] [--reps N]\n");
       return a == "--help" ? 0 : 2;
     }
@@ -675,9 +716,14 @@ int main(int argc, char **argv) {
       std::vector<std::string> ids;
       for (uint64_t i = 0; i < 256; ++i)
         ids.push_back(task_id_of(simple_post(targets[i % targets.size()], send_body(i))));
-      print("GetTask", run_phase(targets, connections, threads, false, &ids, warmup, seconds), connections);
+      print(g_list_page ? "ListTasks" : "GetTask",
+            run_phase(targets, connections, threads, false, &ids, warmup, seconds), connections);
     }
     if (method == "all" || method == "send") {
+      if (requests >= 0) {
+        g_limited = true;
+        g_budget = requests;
+      }
       print("SendMessage", run_phase(targets, connections, threads, true, nullptr, warmup, seconds), connections);
       // The worker pool must keep up: time until no Task is submitted/working.
       const auto start = Clock::now();

@@ -17,6 +17,29 @@
 //
 //   store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]
 //   store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]
+//   store_bench --gen-tasks N [--long-ids] [--into DIR]
+//   store_bench --page-bench [--fill N] SELECTOR
+//   store_bench --group-commit N SELECTOR...
+//
+// --gen-tasks: prints N small Tasks as JSON lines (the input of `toolnexus
+// store put`, e.g. for bench/million.py): 90% completed, 5% input-required,
+// 5% failed, 1000 contexts, status timestamps spread over the last 20 hours
+// (newest last), so that every one of them is inside the push sweep's 24 h.
+// --into DIR writes them as DIR/<id>.json instead, the seed layout a file:
+// store indexes when it is first opened (faster than `store put` line by
+// line when only the stored Tasks matter, not how they got there).
+//
+// --page-bench: opens an existing store (or fills a fresh one with --fill N
+// small Tasks, e.g. memory) and times what a ListTasks page of 50 asks of the
+// store: list 50 + count, first page, no filter but owner "" and tenant "".
+// Prints "page-bench p50_ms=X" last (what bench/million.py reads).
+//
+// --group-commit: the raw baselines of blocking durable SendMessage, N rows
+// each, on the store's own disk: for sqlite:PATH, a plain INSERT into the
+// plugin's own tnx_tasks table (created by opening the store once: same
+// schema, indexes and triggers), 64 rows per COMMIT, WAL, synchronous=FULL,
+// one thread; for file:DIR, write + fdatasync + rename + fsync(dir) of one
+// file per row from 64 threads. Prints "group-commit STORE rows_per_s=X".
 //
 // --list-bench: for each size N (e.g. 50000, or 50000,1000000: the 1M size
 // takes minutes to populate, so it is never the default) fills a fresh store
@@ -368,7 +391,7 @@ void bench_raw_libpq(const std::string &selector, int threads, size_t n, const s
 bool g_long_ids = false;
 
 std::string uuid_like(uint64_t tag, size_t i) {
-  char b[40];
+  char b[48];
   std::snprintf(b, sizeof b, "%08llx-%04x-4%03x-8%03x-%012zx", static_cast<unsigned long long>(tag & 0xffffffffu),
                 static_cast<unsigned>((i * 2654435761u) & 0xffff), static_cast<unsigned>(i & 0xfff),
                 static_cast<unsigned>((i >> 12) & 0xfff), i);
@@ -572,6 +595,180 @@ void list_bench(const std::string &selector, size_t n) {
   if (sel.rfind("file:", 0) == 0 || sel.rfind("sqlite:", 0) == 0) cli_list_bench(sel, n);
 }
 
+// ---------------------------------------------------------------------------
+// --gen-tasks, --page-bench, --group-commit (bench/million.py's parts)
+// ---------------------------------------------------------------------------
+
+// Task i of n for --gen-tasks: only states `store put` takes without a lease;
+// status time now - 20 h * (n - i) / n.
+std::string gen_task_json(size_t i, size_t n, int64_t now_us) {
+  const char *state = i % 20 == 0 ? "input-required" : i % 20 == 1 ? "failed" : "completed";
+  const int64_t span_us = 20LL * 3600 * 1000000;
+  const int64_t t = now_us - static_cast<int64_t>(static_cast<double>(span_us) * static_cast<double>(n - i) /
+                                                  static_cast<double>(n));
+  return R"({"id":")" + bench_id(i) + R"(","contextId":")" + bench_context(i) +
+         R"(","kind":"task","status":{"state":")" + state + R"(","timestamp":")" + format_timestamp(t) +
+         R"("},"history":[{"role":"user","messageId":"m)" + std::to_string(i) +
+         R"(","kind":"message","parts":[{"kind":"text","text":"hello from the million Tasks bench"}]}],)" +
+         R"("artifacts":[{"artifactId":"a)" + std::to_string(i) +
+         R"(","parts":[{"kind":"text","text":"hello from the million Tasks bench"}]}]})";
+}
+
+// --gen-tasks: N Tasks as JSON lines on stdout, or as DIR/<id>.json files.
+void gen_tasks(size_t n, const std::string &into) {
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  if (!into.empty()) {
+    fs::create_directories(into);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string path = into + "/" + bench_id(i) + ".json";
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        std::perror(("store_bench --gen-tasks: " + path).c_str());
+        std::exit(2);
+      }
+      write_all(fd, gen_task_json(i, n, now_us));
+      ::close(fd);
+    }
+    return;
+  }
+  std::string buf;
+  for (size_t i = 0; i < n; ++i) {
+    buf += gen_task_json(i, n, now_us);
+    buf += '\n';
+    if (buf.size() > (1 << 20) || i + 1 == n) {
+      if (std::fwrite(buf.data(), 1, buf.size(), stdout) != buf.size()) {
+        std::perror("store_bench --gen-tasks: write");
+        std::exit(2);
+      }
+      buf.clear();
+    }
+  }
+  std::fflush(stdout);
+}
+
+// --page-bench: p50 of list 50 + count (the caller's first ListTasks page)
+// over 180 runs after 20 that warm the caches.
+void page_bench(const std::string &selector, size_t fill) {
+  auto store = resolve_store(expand(selector));
+  if (fill != 0) {
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    for (size_t base = 0; base < fill; base += 5000) {
+      std::vector<Task> tasks;
+      for (size_t i = base; i < std::min(fill, base + 5000); ++i) tasks.push_back(Task::parse(gen_task_json(i, fill, now_us)));
+      std::vector<BatchItem> items(tasks.size());
+      for (size_t k = 0; k < tasks.size(); ++k) items[k].task = &tasks[k];
+      store->save_batch(items);
+    }
+  }
+  ListQuery caller;
+  caller.owner = "";
+  caller.tenant = "";
+  caller.page_size = 50;
+  std::vector<double> t;
+  for (int r = 0; r < 200; ++r) {
+    auto t0 = Clock::now();
+    auto p = store->list(caller);
+    (void)store->count(caller);
+    if (p.records.empty()) {
+      std::fprintf(stderr, "store_bench --page-bench: %s lists no Task\n", selector.c_str());
+      std::exit(2);
+    }
+    if (r >= 20) t.push_back(ms_since(t0));  // the first 20 warm the caches
+  }
+  std::sort(t.begin(), t.end());
+  store->close();
+  std::printf("page-bench p50_ms=%.4f min_ms=%.4f\n", t[t.size() / 2], t.front());
+}
+
+// The row an echo SendMessage leaves, about: a user message and its echo.
+std::string group_row_json(size_t i) {
+  return R"({"id":")" + uuid_like(0x6c, i) + R"(","contextId":")" + uuid_like(0xc1, i) +
+         R"(","kind":"task","status":{"state":"completed","timestamp":"2026-12-01T00:00:00.000000Z"},)"
+         R"("history":[{"role":"user","messageId":"m-)" + std::to_string(i) +
+         R"(","kind":"message","parts":[{"kind":"text","text":"hello from the load program"}]}],)"
+         R"("artifacts":[{"artifactId":"a","parts":[{"kind":"text","text":"hello from the load program"}]}]})";
+}
+
+// --group-commit on sqlite:PATH: N rows, 64 per COMMIT, into the plugin's table.
+void group_commit_sqlite(const std::string &sel, size_t n) {
+  const std::string path = sel.substr(7, sel.find('?') == std::string::npos ? std::string::npos : sel.find('?') - 7);
+  resolve_store(sel)->close();  // the plugin's own schema
+  sqlite3 *c = nullptr;
+  if (sqlite3_open(path.c_str(), &c) != SQLITE_OK) {
+    std::fprintf(stderr, "store_bench --group-commit: cannot open %s\n", path.c_str());
+    std::exit(2);
+  }
+  sqlite3_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, nullptr);
+  sqlite3_stmt *st = nullptr;
+  sqlite3_prepare_v2(c,
+                     "INSERT INTO tnx_tasks(id,context_id,state,status_time_us,owner,tenant,version,task_json) "
+                     "VALUES(?,?,?,?,'','',1,?)",
+                     -1, &st, nullptr);
+  const size_t batch = 64;
+  auto t0 = Clock::now();
+  for (size_t base = 0; base < n; base += batch) {
+    sqlite3_exec(c, "BEGIN", nullptr, nullptr, nullptr);
+    for (size_t i = base; i < std::min(n, base + batch); ++i) {
+      const std::string id = uuid_like(0x6c, i), ctx = uuid_like(0xc1, i), json = group_row_json(i);
+      sqlite3_bind_text(st, 1, id.c_str(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_text(st, 2, ctx.c_str(), static_cast<int>(ctx.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_text(st, 3, "completed", 9, SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, static_cast<sqlite3_int64>(1796083200000000LL + static_cast<int64_t>(i)));
+      sqlite3_bind_text(st, 5, json.c_str(), static_cast<int>(json.size()), SQLITE_TRANSIENT);
+      if (sqlite3_step(st) != SQLITE_DONE) {
+        std::fprintf(stderr, "store_bench --group-commit: %s\n", sqlite3_errmsg(c));
+        std::exit(2);
+      }
+      sqlite3_reset(st);
+    }
+    if (sqlite3_exec(c, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      std::fprintf(stderr, "store_bench --group-commit: COMMIT: %s\n", sqlite3_errmsg(c));
+      std::exit(2);
+    }
+  }
+  const double s = ms_since(t0) / 1000;
+  sqlite3_finalize(st);
+  sqlite3_close(c);
+  std::printf("group-commit sqlite rows_per_s=%.1f (%zu rows, %zu per COMMIT, one thread)\n",
+              static_cast<double>(n) / s, n, batch);
+}
+
+// --group-commit on file:DIR: N durable file writes from 64 threads.
+void group_commit_file(const std::string &sel, size_t n) {
+  const fs::path dir = sel.substr(5);
+  fs::create_directories(dir);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  std::atomic<size_t> next{0};
+  auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 64; ++t)
+    ts.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) {
+        const std::string name = uuid_like(0x6c, i);
+        const std::string tmp = (dir / ("." + name + ".tmp")).string(), final_path = (dir / (name + ".json")).string();
+        const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+          std::perror("store_bench --group-commit: open");
+          std::exit(2);
+        }
+        write_all(fd, group_row_json(i));
+        ::fdatasync(fd);
+        ::close(fd);
+        ::rename(tmp.c_str(), final_path.c_str());
+        ::fsync(dfd);
+      }
+    });
+  for (auto &t : ts) t.join();
+  const double s = ms_since(t0) / 1000;
+  ::close(dfd);
+  std::printf("group-commit file rows_per_s=%.1f (%zu files, write+fdatasync+rename+fsync(dir), 64 threads)\n",
+              static_cast<double>(n) / s, n);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -579,9 +776,17 @@ int main(int argc, char **argv) {
   std::vector<int> thread_counts = {1, 4};
   std::vector<std::string> selectors;
   std::vector<size_t> list_sizes;
+  size_t gen = 0, fill = 0, group = 0;
+  std::string into;
+  bool page = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--long-ids") g_long_ids = true;
+    else if (a == "--gen-tasks" && i + 1 < argc) gen = std::stoul(argv[++i]);
+    else if (a == "--into" && i + 1 < argc) into = argv[++i];
+    else if (a == "--page-bench") page = true;
+    else if (a == "--fill" && i + 1 < argc) fill = std::stoul(argv[++i]);
+    else if (a == "--group-commit" && i + 1 < argc) group = std::stoul(argv[++i]);
     else if (a == "--list-bench" && i + 1 < argc) {
       std::string v = argv[++i];
       for (size_t p = 0; p < v.size();) {
@@ -602,9 +807,35 @@ int main(int argc, char **argv) {
       }
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: store_bench [--ops N] [--durable-ops N] [--threads 1,4] [SELECTOR...]\n"
-                  "       store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]\n");
+                  "       store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]\n"
+                  "       store_bench --gen-tasks N [--long-ids] [--into DIR]\n"
+                  "       store_bench --page-bench [--fill N] SELECTOR\n"
+                  "       store_bench --group-commit N SELECTOR...\n");
       return 0;
     } else selectors.push_back(a);
+  }
+  if (gen != 0) {
+    gen_tasks(gen, into);
+    return 0;
+  }
+  if (page || group != 0) {
+    int rc = 0;
+    try {
+      for (const auto &sel : selectors) {
+        if (page) page_bench(sel, fill);
+        else if (sel.rfind("sqlite:", 0) == 0) group_commit_sqlite(expand(sel), group);
+        else if (sel.rfind("file:", 0) == 0) group_commit_file(expand(sel), group);
+        else throw std::invalid_argument("--group-commit takes sqlite:PATH or file:DIR, not " + sel);
+      }
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "store_bench: %s\n", e.what());
+      rc = 2;
+    }
+    for (const auto &d : g_tmp) {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+    return rc;
   }
   if (selectors.empty()) selectors = {"memory", "file:{tmp}", "sqlite:{tmp}/tasks.db"};
   if (!list_sizes.empty()) {
