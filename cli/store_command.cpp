@@ -1,12 +1,14 @@
 // `toolnexus store ...`: inspect, copy and check Task stores through the same
 // resolve_store() the server uses.
 #include "commands.hpp"
+#include "line_reader.hpp"
 #include "options.hpp"
 
 #include "toolnexus/registry.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,8 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
-#include <random>
 #include <sstream>
 
 namespace toolnexus::cli {
@@ -60,10 +60,6 @@ const char *kHelp =
 int usage_error(const std::string &msg) {
   std::cerr << "toolnexus store: " << msg << "\n" << kHelp;
   return 2;
-}
-
-std::string read_all(std::istream &in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // True when selectors `a` and `b` name the same store as far as the CLI can
@@ -273,17 +269,30 @@ bool valid_running_as(const std::string &s) {
          s == task_state::kCanceled || s == task_state::kRejected || s == task_state::kCompleted;
 }
 
+// The messageId of the status message --running-as gives the Task of
+// input `text`: "import-" and 16 hex digits of its FNV-1a hash, the same
+// for the same input, so that a put run again (--resume) knows its own
+// import.
+std::string import_message_id(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string mid = "import-";
+  for (int i = 15; i >= 0; --i) mid += kHex[(h >> (4 * i)) & 15];
+  return mid;
+}
+
 // Moves `t` (unheld_running) to `state`, with an agent status message (also
-// added to its history) that says what was done and why.
-void reset_running(Task &t, const std::string &state) {
+// added to its history, its messageId `mid`) that says what was done and
+// why.
+void reset_running(Task &t, const std::string &state, const std::string &mid) {
   auto &a = t.allocator();
   const std::string was(t.state());
   const std::string text = "Imported by `toolnexus store put --running-as " + state + "` while " + was +
                            ": no server was running this Task, so it was set to " + state + ".";
-  static const char kHex[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string mid = "import-";
-  for (int i = 0; i < 16; ++i) mid += kHex[rd() & 15];
   auto make = [&] {
     rapidjson::Value m(rapidjson::kObjectType);
     m.AddMember("role", "agent", a);
@@ -310,13 +319,17 @@ void reset_running(Task &t, const std::string &state) {
   t.set_status(state, make());
 }
 
-// Applies --running-as to `t`: "" when it may be saved (reset when it was
-// an unheld running Task and the option is given), else why not.
-std::string running_as(const Options &o, Task &t) {
+// Applies --running-as to `t`, read from input `text`: "" when it may be
+// saved (reset when it was an unheld running Task and the option is
+// given; `import_id`, if given, then receives its status message's
+// messageId), else why not.
+std::string running_as(const Options &o, Task &t, std::string_view text, std::string *import_id = nullptr) {
   if (!unheld_running(t)) return "";
   const auto v = o.value("--running-as");
   if (!v) return unheld_running_why(t);
-  reset_running(t, *v);
+  const std::string mid = import_message_id(text);
+  reset_running(t, *v, mid);
+  if (import_id != nullptr) *import_id = mid;
   return "";
 }
 
@@ -333,97 +346,302 @@ SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &curre
   return so;
 }
 
-// Several Tasks, one per line: checked first (every bad line reported, then
-// nothing saved), then saved in one transaction (save_batch) where the
-// store has them, else one by one. Default: new Tasks only; --force
-// replaces, keeping owner and tenant not given.
-int put_lines(const Options &o, const std::string &text) {
-  std::vector<Task> tasks;
-  std::vector<size_t> line_of;
-  size_t line = 0, bad = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string l = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line;
-    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
-    if (l.empty()) continue;
-    Task t;
-    std::string why = parse_a2a_task(l, t);
-    if (why.empty()) why = running_as(o, t);
-    if (!why.empty()) {
-      std::cerr << "toolnexus store put: line " << line << ": " << why << "\n";
-      ++bad;
-      continue;
+// One line of a JSON-lines put, parsed and checked.
+struct PutLine {
+  Task task;
+  size_t line = 0;
+  // The messageId of the status message --running-as gave it; "" when the
+  // Task is saved as the line has it.
+  std::string import_id;
+};
+
+// Thrown by a put's source to stop the save; the reason was printed.
+struct PutStopped {
+  int exit_code;
+};
+
+// The lines of a JSON-lines put, read and checked one at a time. A bad
+// line is reported (its number and why); from the first one on, nothing
+// more is handed out, but every later line is still read and checked, so
+// that one run names every bad line.
+class PutLines {
+ public:
+  PutLines(const Options &o, LineReader &in) : o_(o), in_(in) {}
+
+  // The next sound line into `out`; false at the end or after a bad line.
+  bool next(PutLine &out) {
+    if (bad_ != 0) return false;
+    if (!in_.next(text_, no_)) return false;
+    const std::string why = check(out.task, out.import_id);
+    if (why.empty()) {
+      out.line = no_;
+      return true;
     }
-    tasks.push_back(std::move(t));
-    line_of.push_back(line);
+    report(why);
+    first_bad_ = no_;
+    Task t;
+    std::string id;
+    while (in_.next(text_, no_)) {
+      const std::string w = check(t, id);
+      if (!w.empty()) report(w);
+    }
+    return false;
   }
-  if (bad != 0) {
-    std::cerr << "toolnexus store put: " << bad << " bad line(s); nothing was saved\n";
-    return 2;
+  // How many lines were bad, and the number of the first.
+  size_t bad() const { return bad_; }
+  size_t first_bad() const { return first_bad_; }
+
+ private:
+  std::string check(Task &t, std::string &import_id) {
+    import_id.clear();
+    std::string why = parse_a2a_task(text_, t);
+    if (why.empty()) why = running_as(o_, t, text_, &import_id);
+    return why;
   }
-  if (o.value("--expect-version"))
-    return usage_error("--expect-version applies to one Task; a JSON-lines stream takes --force or nothing");
-  const bool force = o.flag("--force");
-  auto s = resolve_store(o.positional[1]);
-  std::vector<BatchItem> items(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    items[i].task = &tasks[i];
-    std::optional<TaskRecord> current;
-    if (force) current = s->get(tasks[i].id());
-    items[i].options = put_options(o, current);
-    items[i].options.expected_version = force ? kAnyVersion : kNoVersion;
+  void report(const std::string &why) {
+    ++bad_;
+    std::cerr << "toolnexus store put: line " << no_ << ": " << why << "\n";
   }
-  auto report = [&](size_t index, const StoreError &e) {
-    std::cerr << "toolnexus store put: line " << line_of[index] << " (Task '" << printable(tasks[index].id())
-              << "'): " << (e.code() == Status::conflict ? "a Task with this id exists (use --force to replace it)"
-                                                         : std::string(e.what()))
-              << "\n";
+
+  const Options &o_;
+  LineReader &in_;
+  std::string text_;
+  size_t no_ = 0, bad_ = 0, first_bad_ = 0;
+};
+
+// Whether `store` holds the Task of `pl` as a put with `so` saves it: what
+// --resume skips. The bytes must be the same (the store keeps a saved
+// Task's bytes as given); a Task --running-as changed is known by the
+// messageId of its import message (its status timestamp is the import's).
+bool already_stored(TaskStore &store, const PutLine &pl, const SaveOptions &so) {
+  const std::optional<TaskRecord> r = store.get(pl.task.id());
+  if (!r || r->owner != so.owner || r->tenant != so.tenant) return false;
+  if (pl.import_id.empty()) return r->json == pl.task.to_json();
+  try {
+    const Task stored = Task::parse(r->json);
+    const auto &doc = stored.json();
+    const auto status = doc.FindMember("status");
+    if (status == doc.MemberEnd() || !status->value.IsObject()) return false;
+    const auto msg = status->value.FindMember("message");
+    if (msg == status->value.MemberEnd() || !msg->value.IsObject()) return false;
+    const auto mid = msg->value.FindMember("messageId");
+    return mid != msg->value.MemberEnd() && mid->value.IsString() && pl.import_id == mid->value.GetString();
+  } catch (const std::exception &) {
+    return false;
+  }
+}
+
+// The line and Task id of the last kSpan items a put handed to the store,
+// by their index: what a BatchError's index() is reported as.
+class HandedOut {
+ public:
+  void note(uint64_t index, size_t line, std::string_view id) {
+    Slot &s = slots_[index % kSpan];
+    s.index = index;
+    s.line = line;
+    s.id.assign(id);
+  }
+  // "line 12 (Task 'x')", or "Task number 7 of the input" when forgotten.
+  std::string where(uint64_t index) const {
+    const Slot &s = slots_[index % kSpan];
+    if (s.index != index || s.line == 0) return "Task number " + std::to_string(index + 1) + " of the input";
+    return "line " + std::to_string(s.line) + " (Task '" + printable(s.id) + "')";
+  }
+
+ private:
+  static constexpr size_t kSpan = 4096;
+  struct Slot {
+    uint64_t index = 0;
+    size_t line = 0;
+    std::string id;
+  };
+  std::vector<Slot> slots_ = std::vector<Slot>(kSpan);
+};
+
+// Why a put's save of the item at `where` failed, for stderr.
+std::string put_failure(const std::string &where, const StoreError &e) {
+  return "toolnexus store put: " + where + ": " +
+         (e.code() == Status::conflict
+              ? std::string("a Task with this id exists (use --force to replace it; --resume skips Tasks "
+                            "stored as the input has them)")
+              : std::string(e.what()));
+}
+
+// The SaveOptions of a put's line: a new Task, or with --force whatever is
+// stored, keeping owner and tenant not given (`current`, when --force).
+SaveOptions line_options(const Options &o, const std::optional<TaskRecord> &current) {
+  SaveOptions so = put_options(o, current);
+  so.expected_version = o.flag("--force") ? kAnyVersion : kNoVersion;
+  return so;
+}
+
+// A JSON-lines put into a store with transactions: one save_stream over
+// the whole input, each line checked as it is read; a bad line (and every
+// later one, reported too) or a failing save rolls everything back.
+// Returns the exit code, or nullopt when the store has no transactions
+// (nothing of `in` read then).
+std::optional<int> put_in_one_transaction(const Options &o, TaskStore &s, LineReader &in) {
+  const std::string &sel = o.positional[1];
+  const bool force = o.flag("--force"), resume = o.flag("--resume");
+  std::shared_ptr<TaskStore> peek;  // gets for --force and --resume: the source must not call `s`
+  PutLines lines(o, in);
+  PutLine cur;
+  BatchItem item;
+  item.task = &cur.task;
+  HandedOut handed;
+  uint64_t n = 0, skipped = 0;
+  bool started = false;
+  auto source = [&]() -> const BatchItem * {
+    started = true;
+    for (;;) {
+      if (!lines.next(cur)) {
+        if (lines.bad() != 0) throw PutStopped{2};
+        return nullptr;
+      }
+      if ((force || resume) && !peek) peek = resolve_store(sel, kInspect);
+      std::optional<TaskRecord> current;
+      if (force) current = peek->get(cur.task.id());
+      item.options = line_options(o, current);
+      if (resume && !force && already_stored(*peek, cur, item.options)) {
+        ++skipped;
+        continue;
+      }
+      handed.note(n++, cur.line, cur.task.id());
+      return &item;
+    }
   };
   try {
-    s->save_batch(items);
-    s->close();
-    std::cout << "saved " << tasks.size() << " Task(s) in one transaction\n";
+    const uint64_t saved = s.save_stream(source, true);
+    s.close();
+    std::cout << "saved " << saved << " Task(s) in one transaction";
+    if (resume) std::cout << ", " << skipped << " already stored (skipped)";
+    std::cout << "\n";
     return 0;
+  } catch (const PutStopped &p) {
+    std::cerr << "toolnexus store put: " << lines.bad() << " bad line(s); nothing was saved\n";
+    return p.exit_code;
   } catch (const BatchError &e) {
-    if (e.index() < tasks.size()) report(e.index(), e);
-    else std::cerr << "toolnexus store put: " << e.what() << "\n";
-    std::cerr << "toolnexus store put: nothing was saved\n";
+    std::cerr << put_failure(handed.where(e.index()), e) << "\n";
+    std::cerr << "toolnexus store put: nothing was saved (one transaction)\n";
     return e.code() == Status::conflict ? 1 : 2;
   } catch (const StoreError &e) {
-    if (e.code() != Status::unsupported) throw;
+    if (e.code() != Status::unsupported || started) throw;
   }
-  // No transactions here (e.g. file:, one file per Task): line by line.
-  for (size_t i = 0; i < items.size(); ++i) {
+  return std::nullopt;
+}
+
+// A JSON-lines put into a store without transactions (file:): Task by
+// Task, in chunks of kChunk handed to save_stream, which groups the fsyncs.
+// A seekable input is checked whole first (a bad line: nothing saved); a
+// pipe is checked as it is read (a bad line: the lines before it saved).
+// A failure says how far the put got; --resume finishes it.
+int put_task_by_task(const Options &o, TaskStore &s, LineReader &in) {
+  constexpr size_t kChunk = 1000;
+  const bool force = o.flag("--force"), resume = o.flag("--resume");
+  if (in.seekable()) {
+    PutLines check(o, in);
+    PutLine pl;
+    while (check.next(pl)) {
+    }
+    if (check.bad() != 0) {
+      std::cerr << "toolnexus store put: " << check.bad() << " bad line(s); nothing was saved\n";
+      return 2;
+    }
+    in.rewind();
+  }
+  PutLines lines(o, in);
+  std::vector<PutLine> chunk;
+  std::vector<BatchItem> items;
+  std::vector<size_t> item_line;
+  uint64_t saved = 0, skipped = 0;
+  size_t done_line = 0;  // every line up to it is stored
+  auto how_far = [&](size_t stop_line) {
+    std::cerr << "toolnexus store put: " << saved << " Task(s) saved"
+              << (resume ? ", " + std::to_string(skipped) + " already stored" : std::string())
+              << ", every line before line " << stop_line
+              << "; this store saves Task by Task, not in one transaction: once line " << stop_line
+              << " is fixed, run the same put with --resume to finish (Tasks stored as the input has them "
+                 "are skipped)\n";
+  };
+  for (;;) {
+    chunk.clear();
+    while (chunk.size() < kChunk) {
+      chunk.emplace_back();
+      if (!lines.next(chunk.back())) {
+        chunk.pop_back();
+        break;
+      }
+    }
+    if (chunk.empty()) break;
+    items.clear();
+    item_line.clear();
+    for (const PutLine &pl : chunk) {
+      std::optional<TaskRecord> current;
+      if (force) current = s.get(pl.task.id());
+      BatchItem item{&pl.task, line_options(o, current)};
+      if (resume && !force && already_stored(s, pl, item.options)) {
+        ++skipped;
+        continue;
+      }
+      items.push_back(std::move(item));
+      item_line.push_back(pl.line);
+    }
+    size_t k = 0;
     try {
-      s->save(tasks[i], items[i].options);
-    } catch (const StoreError &e) {
-      report(i, e);
-      std::cerr << "toolnexus store put: lines before line " << line_of[i] << " were saved (" << i
-                << " Task(s)); this store saves line by line, not in one transaction; later lines were not saved\n";
+      saved += s.save_stream([&]() -> const BatchItem * { return k < items.size() ? &items[k++] : nullptr; }, false);
+    } catch (const BatchError &e) {
+      const size_t i = e.index() < items.size() ? e.index() : items.size() - 1;
+      saved += i;
+      std::cerr << put_failure("line " + std::to_string(item_line[i]) + " (Task '" + printable(items[i].task->id()) + "')", e)
+                << "\n";
+      how_far(item_line[i]);
       return e.code() == Status::conflict ? 1 : 2;
     }
+    done_line = chunk.back().line;
   }
-  s->close();
-  std::cout << "saved " << tasks.size() << " Task(s), one by one (the store has no transactions)\n";
+  if (lines.bad() != 0) {
+    std::cerr << "toolnexus store put: " << lines.bad() << " bad line(s)\n";
+    how_far(lines.first_bad());
+    return 2;
+  }
+  (void)done_line;
+  s.close();
+  std::cout << "saved " << saved << " Task(s) Task by Task (the store has no transactions)";
+  if (resume) std::cout << ", " << skipped << " already stored (skipped)";
+  std::cout << "\n";
   return 0;
+}
+
+// Several Tasks, one per line (JSON lines), streamed: in one transaction
+// where the store has them, else Task by Task. Default: new Tasks only;
+// --force replaces, keeping owner and tenant not given; --resume skips
+// Tasks stored as the input has them (a put that stopped, run again).
+int put_lines(const Options &o, LineReader &in) {
+  if (o.value("--expect-version"))
+    return usage_error("--expect-version applies to one Task; a JSON-lines stream takes --force or nothing");
+  auto s = resolve_store(o.positional[1]);
+  if (std::optional<int> rc = put_in_one_transaction(o, *s, in)) return *rc;
+  return put_task_by_task(o, *s, in);
 }
 
 int cmd_put(const Options &o) {
   if (o.positional.size() < 2 || o.positional.size() > 3) return usage_error("put takes SELECTOR [FILE]");
-  std::string text;
-  if (o.positional.size() == 2 || o.positional[2] == "-") {
-    text = read_all(std::cin);
-  } else {
-    std::ifstream f(o.positional[2], std::ios::binary);
-    if (!f) {
-      std::cerr << "toolnexus store put: cannot read '" << o.positional[2] << "': " << std::strerror(errno) << "\n";
+  int fd = 0;
+  std::string name = "stdin";
+  if (o.positional.size() == 3 && o.positional[2] != "-") {
+    name = o.positional[2];
+    fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      std::cerr << "toolnexus store put: cannot read '" << name << "': " << std::strerror(errno) << "\n";
       return 2;
     }
-    text = read_all(f);
   }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd > 0) ::close(fd);
+    }
+  } close_fd{fd};
   if (o.flag("--force") && o.value("--expect-version"))
     return usage_error("--force and --expect-version exclude each other");
   if (auto v = o.value("--running-as"); v && !valid_running_as(*v))
@@ -441,21 +659,32 @@ int cmd_put(const Options &o) {
                          *v + "'");
     }
   }
+  // JSON lines when the first line is a whole Task and another follows;
+  // else the input is one JSON document (read whole: one Task).
+  LineReader in(fd, name);
+  std::string text, second;
+  size_t first_no = 0, second_no = 0;
+  if (in.next(text, first_no)) {
+    bool first_is_task = true;
+    try {
+      (void)Task::parse(text);
+    } catch (const InvalidTask &) {
+      first_is_task = false;
+    }
+    if (first_is_task && in.next(second, second_no)) {
+      in.push_back(std::move(text), first_no);
+      in.push_back(std::move(second), second_no);
+      return put_lines(o, in);
+    }
+    if (!first_is_task) {
+      text.push_back('\n');
+      in.rest(text);
+    }
+  }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   Task t;
   std::string why = parse_a2a_task(text, t);
-  if (!why.empty() && text.find('\n') != std::string::npos) {
-    // Not one JSON document: a JSON-lines stream, unless the first line is
-    // a whole Task only (then the lines are the import).
-    Task first;
-    const std::string first_line = text.substr(0, text.find('\n'));
-    try {
-      first = Task::parse(first_line);
-      return put_lines(o, text);
-    } catch (const InvalidTask &) {
-    }
-  }
-  if (why.empty()) why = running_as(o, t);
+  if (why.empty()) why = running_as(o, t, text);
   if (!why.empty()) {
     std::cerr << "toolnexus store put: " << why << "\n";
     return 2;
@@ -597,35 +826,55 @@ int cmd_copy(const Options &o) {
   ListQuery q;
   q.page_size = 500;
   q.deliver_corrupt = true;
-  uint64_t total = 0;
-  {
-    ListQuery cq = q;
-    cq.omit_json = true;
-    for_each_record(*from, cq, [&](const TaskRecord &) { ++total; });
-  }
+  const uint64_t total = ::isatty(2) == 1 ? from->count(ListQuery{}) : 0;  // only the progress bar needs it
   Progress progress(total);
+  // Page by page from FROM into save_stream of TO: one page and one Task
+  // in memory at a time, one transaction where TO has them, else Task by
+  // Task with the fsyncs grouped.
   uint64_t copied = 0, failed = 0, seen = 0;
-  for_each_record(*from, q, [&](const TaskRecord &r) {
-    ++seen;
-    // A record that is not sound (unparsable, or JSON of another id) is
-    // reported, never copied: copying it would overwrite the real Task.
-    const std::string why = unsound(r);
-    if (!why.empty()) {
-      ++failed;
-      if (::isatty(2)) std::fprintf(stderr, "\n");
-      std::cerr << "toolnexus store copy: cannot copy record '" << printable(r.id) << "' of " << o.positional[1]
-                << ": " << printable(why) << "\n";
+  ListPage page;
+  size_t at = 0;
+  bool more = true, started = false;
+  Task task;
+  BatchItem item;
+  item.task = &task;
+  item.options.expected_version = kAnyVersion;
+  auto source = [&]() -> const BatchItem * {
+    started = true;
+    for (;;) {
+      if (at == page.records.size()) {
+        if (!more) return nullptr;
+        page = from->list(q);
+        at = 0;
+        more = !page.next_cursor.empty();
+        q.cursor = std::move(page.next_cursor);
+        if (page.records.empty()) continue;
+      }
+      const TaskRecord &r = page.records[at++];
+      ++seen;
       progress.step(seen);
-      return;
+      // A record that is not sound (unparsable, or JSON of another id) is
+      // reported, never copied: copying it would overwrite the real Task.
+      const std::string why = unsound(r);
+      if (!why.empty()) {
+        ++failed;
+        if (::isatty(2)) std::fprintf(stderr, "\n");
+        std::cerr << "toolnexus store copy: cannot copy record '" << printable(r.id) << "' of " << o.positional[1]
+                  << ": " << printable(why) << "\n";
+        continue;
+      }
+      task = Task::parse(r.json);
+      item.options.owner = r.owner;
+      item.options.tenant = r.tenant;
+      return &item;
     }
-    Task t = Task::parse(r.json);
-    SaveOptions so;
-    so.owner = r.owner;
-    so.tenant = r.tenant;
-    to->save(t, so);
-    ++copied;
-    progress.step(seen);
-  });
+  };
+  try {
+    copied = to->save_stream(source, true);
+  } catch (const StoreError &e) {
+    if (e.code() != Status::unsupported || started) throw;
+    copied = to->save_stream(source, false);
+  }
   progress.finish();
   to->close();
   std::cout << "copied " << copied << " Task(s), " << failed << " unreadable\n";
@@ -655,7 +904,7 @@ int cmd_check(const Options &o) {
 }  // namespace
 
 int run_store(int argc, char **argv) {
-  Options o(argc, argv, {"--json", "--force"},
+  Options o(argc, argv, {"--json", "--force", "--resume"},
             {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version", "--running-as"});
   if (o.help) {
     std::cout << kHelp;

@@ -268,9 +268,12 @@ class PluginStore final : public TaskStore {
           throw BatchError(e.code(), e.what(), static_cast<size_t>(done));
         }
       }
-      // Not offered for these flags, and nothing taken yet: as without it.
+      // Not offered for these flags, and nothing taken yet: a store
+      // without transactions says so; one without streams saves one by one.
+      if (one_transaction) check(rc, err, "save of a stream in one transaction");
+      return TaskStore::do_save_stream(source, one_transaction);
     }
-    if (one_transaction && has_batch_) {
+    if (one_transaction && batch_offered()) {
       // A plugin of ABI 1.3/1.4: one save_batch of everything, so memory
       // grows with the input (the price of keeping it one transaction).
       std::vector<TaskRecord> recs;
@@ -287,6 +290,17 @@ class PluginStore final : public TaskStore {
   }
 
  private:
+  // Whether save_batch saves batches: an empty one (TNX_OK by the ABI)
+  // tells a plugin whose save_batch only says TNX_EUNSUPPORTED, before a
+  // stream is read into memory for it.
+  bool batch_offered() {
+    if (!has_batch_) return false;
+    uint64_t failed = 0;
+    char err[kErrCap] = {0};
+    Guard g(*this);
+    return vt_->save_batch(handle_, nullptr, nullptr, 0, nullptr, &failed, err, kErrCap) == TNX_OK;
+  }
+
   // What the tnx_record_source of do_save_stream works with.
   struct StreamCtx {
     const RecordSource *source = nullptr;
