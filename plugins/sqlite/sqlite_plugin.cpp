@@ -1160,6 +1160,11 @@ std::string describe(const WriteReq &r) {
          quote(r.id);
 }
 
+/// Page cache of the write connection while it runs a save_stream, in
+/// KiB (SQLite's default is 2000): what a long import's pages may take in
+/// memory before they spill to the WAL mid-transaction and are read back.
+constexpr int kStreamCacheKiB = 64 * 1024;
+
 /// Text of a version for conflict messages.
 std::string version_text(uint64_t v) {
   if (v == TNX_VERSION_NONE) return "no task";
@@ -1889,6 +1894,15 @@ class SqliteStore final : public toolnexus::sdk::Store {
       // Record after record in this transaction; the first that does not go
       // through undoes the whole (atomic: the caller rolls back on the
       // throw) or ends the stream with what came before committed.
+      // A bigger page cache meanwhile (kStreamCacheKiB), so that the pages
+      // of a long transaction are not spilled to the WAL and read back.
+      struct BigCache {
+        Conn &c;
+        explicit BigCache(Conn &conn) : c(conn) {
+          c.exec(("PRAGMA cache_size = -" + std::to_string(kStreamCacheKiB)).c_str());
+        }
+        ~BigCache() { sqlite3_exec(c.db(), "PRAGMA cache_size = -2000", nullptr, nullptr, nullptr); }
+      } big(*writer_);
       for (;;) {
         r.failed = r.stream->delivered();
         uint64_t exp = TNX_VERSION_ANY;
