@@ -37,6 +37,11 @@ for sel in "$@"; do
   }
   end=$(date +%s.%N)
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$input.time")
-  awk -v n="$n" -v a="$start" -v b="$end" -v rss="$rss" -v sel="$sel" \
-    'BEGIN { printf "%s: %d Tasks in %.1f s: %.0f Tasks/s, max RSS %.0f MiB\n", sel, n, b - a, n / (b - a), rss / 1024 }'
+  user=$(sed -n 's/.*User time (seconds): //p' "$input.time")
+  sys=$(sed -n 's/.*System time (seconds): //p' "$input.time")
+  # CPU seconds too: on a shared machine the wall time says more about the
+  # neighbours than about the put.
+  awk -v n="$n" -v a="$start" -v b="$end" -v rss="$rss" -v sel="$sel" -v u="$user" -v s="$sys" \
+    'BEGIN { printf "%s: %d Tasks in %.1f s: %.0f Tasks/s, max RSS %.0f MiB; CPU %.1f s user + %.1f s sys (%.0f Tasks per CPU second)\n",
+             sel, n, b - a, n / (b - a), rss / 1024, u, s, n / (u + s) }'
 done

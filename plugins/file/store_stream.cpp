@@ -101,7 +101,7 @@ void FileStore::commit_group(std::vector<Staged> &group, uint64_t first, uint64_
       ++saved;
     }
   } catch (const Error &e) {
-    drop_staged(group, i + 1);
+    drop_staged(group, i);  // group[i]'s too, unless renamed already (then the unlink finds nothing)
     if (i > 0) durable(path_);
     throw BatchError(first + i, e.code, e.message);
   }
