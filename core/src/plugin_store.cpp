@@ -268,14 +268,15 @@ class PluginStore final : public TaskStore {
           throw BatchError(e.code(), e.what(), static_cast<size_t>(done));
         }
       }
-      // Not offered for these flags, and nothing taken yet: a store
-      // without transactions says so; one without streams saves one by one.
-      if (one_transaction) check(rc, err, "save of a stream in one transaction");
-      return TaskStore::do_save_stream(source, one_transaction);
+      // Not offered for these flags, and nothing taken yet: as a plugin
+      // without save_stream (a store whose save_batch saves nothing either
+      // has no transactions: unsupported, and the caller asks again).
+      if (!one_transaction) return TaskStore::do_save_stream(source, one_transaction);
     }
     if (one_transaction && batch_offered()) {
-      // A plugin of ABI 1.3/1.4: one save_batch of everything, so memory
-      // grows with the input (the price of keeping it one transaction).
+      // A plugin of ABI 1.3/1.4 (or one whose store streams nothing, as
+      // memory): one save_batch of everything, so memory grows with the
+      // input (the price of keeping it one transaction).
       std::vector<TaskRecord> recs;
       std::vector<uint64_t> expected;
       uint64_t e = kAnyVersion;
