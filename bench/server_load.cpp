@@ -18,10 +18,22 @@
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
 //               [--store SELECTOR] [--dialect both|0.3|1.0] [--blocking]
+//   server_load --method reads [--store SELECTOR] [--tasks N] [--reps N]
+//
+// --method reads (in-process server only): the A2A layer's cost over the
+// store's own. Saves N (default 10,000) echo-shaped Tasks into the store
+// (SELECTOR may contain {tmp}, a fresh temporary directory), serves that
+// store, then on one keep-alive connection, one request at a time, times
+// ListTasks (page of 50, the first page, as a client with no filter asks)
+// and GetTask in each dialect beside what the store itself takes for the
+// same answer in-process (list 50 + count; get) and the floor (HTTP and
+// JSON-RPC: GetTask of a missing Task), and prints the ratios (issue 21: ListTasks v1.0 at
+// most 3x the store's list on sqlite: and memory, 4x on file:).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,7 +52,11 @@
 #include <vector>
 
 #ifndef BENCH_NO_SERVER
+#include "toolnexus/registry.hpp"
 #include "toolnexus/server.hpp"
+
+#include <filesystem>
+#include <functional>
 #endif
 
 namespace {
@@ -319,6 +335,237 @@ void print(const char *name, const Report &r, int connections) {
   std::fflush(stdout);
 }
 
+
+#ifndef BENCH_NO_SERVER
+// ---------------------------------------------------------------------------
+// --method reads
+// ---------------------------------------------------------------------------
+
+// One keep-alive connection, one request at a time (blocking).
+class KeepAlive {
+ public:
+  explicit KeepAlive(const Target &t) : t_(t), fd_(connect_to(t)) {}
+  ~KeepAlive() { ::close(fd_); }
+  KeepAlive(const KeepAlive &) = delete;
+  KeepAlive &operator=(const KeepAlive &) = delete;
+
+  // Sends `request` (a whole HTTP request) and returns the response body;
+  // throws unless the status is 200.
+  std::string round_trip(const std::string &request) {
+    if (::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+      throw std::runtime_error("send failed");
+    in_.clear();
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) throw std::runtime_error("connection closed");
+      in_.append(buf, static_cast<size_t>(n));
+      const auto hdr_end = in_.find("\r\n\r\n");
+      if (hdr_end == std::string::npos) continue;
+      const auto cl = in_.find("Content-Length: ");
+      if (cl == std::string::npos || cl > hdr_end) continue;
+      const size_t len = std::strtoul(in_.c_str() + cl + 16, nullptr, 10);
+      if (in_.size() < hdr_end + 4 + len) continue;
+      if (in_.compare(0, 12, "HTTP/1.1 200") != 0) throw std::runtime_error("not 200: " + in_.substr(0, 300));
+      return in_.substr(hdr_end + 4, len);
+    }
+  }
+
+ private:
+  const Target &t_;
+  int fd_;
+  std::string in_;
+};
+
+// An echo-shaped stored Task (what the echo agent leaves: the user's
+// message and the agent's answer in the history, one artifact), ~900 bytes
+// with server-shaped 36-character ids.
+std::string echo_task_json(size_t i) {
+  char id[64], ctx[64];
+  std::snprintf(id, sizeof id, "%08zx-7a5c-4%03zx-8%03zx-%012zx", i * 2654435761u % 0xffffffffu, i & 0xfff,
+                (i >> 12) & 0xfff, i);
+  std::snprintf(ctx, sizeof ctx, "c0c0c0c0-0000-4%03zx-8000-%012zx", (i % 1000) & 0xfff, i % 1000);
+  const std::string ts = toolnexus::format_timestamp(1767225600000000LL + static_cast<int64_t>(i) * 1000LL);
+  const std::string n = std::to_string(i);
+  return std::string(R"({"id":")") + id + R"(","contextId":")" + ctx +
+         R"(","kind":"task","status":{"state":"completed","timestamp":")" + ts +
+         R"("},"history":[{"role":"user","messageId":"m-)" + n + R"(","kind":"message","taskId":")" + id +
+         R"(","contextId":")" + ctx + R"(","parts":[{"kind":"text","text":"hello from the load program"}]},)" +
+         R"({"role":"agent","messageId":"r-)" + n + R"(","kind":"message","taskId":")" + id + R"(","contextId":")" +
+         ctx + R"(","parts":[{"kind":"text","text":"hello from the load program"}]}],"artifacts":[{"artifactId":"a-)" +
+         n + R"(","name":"echo","parts":[{"kind":"text","text":"hello from the load program"}]}]})";
+}
+
+// Microseconds of CPU (user + system) this process has used, every thread.
+double process_cpu_us() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// Of `reps` runs of `f` (after reps/10 warm-up runs): p50 and mean wall
+// time, and the process's CPU time per run (server and client threads: on a
+// busy machine the wall time of one request at a time is mostly waiting to
+// be scheduled, the CPU time is what the work costs). Microseconds.
+struct Timing {
+  double p50_us = 0, mean_us = 0, cpu_us = 0;
+};
+Timing time_it(int reps, const std::function<void()> &f) {
+  for (int i = 0; i < reps / 10; ++i) f();
+  std::vector<double> t;
+  t.reserve(static_cast<size_t>(reps));
+  const double cpu0 = process_cpu_us();
+  for (int i = 0; i < reps; ++i) {
+    const auto a = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+  }
+  Timing r;
+  r.cpu_us = (process_cpu_us() - cpu0) / reps;
+  std::sort(t.begin(), t.end());
+  r.p50_us = t[t.size() / 2];
+  for (double x : t) r.mean_us += x;
+  r.mean_us /= static_cast<double>(t.size());
+  return r;
+}
+
+void print_timing(const char *what, const Timing &t) {
+  std::printf("  %-50s p50 %8.1f us   mean %8.1f us   cpu %8.1f us\n", what, t.p50_us, t.mean_us, t.cpu_us);
+  std::fflush(stdout);
+}
+
+std::string expand_tmp(std::string sel, std::vector<std::filesystem::path> &made) {
+  if (sel.find("{tmp}") == std::string::npos) return sel;
+  std::string dir = (std::filesystem::temp_directory_path() / "tnx-reads-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  made.emplace_back(dir);
+  for (size_t p; (p = sel.find("{tmp}")) != std::string::npos;) sel.replace(p, 5, dir);
+  return sel;
+}
+
+int reads_bench(const std::string &selector, size_t n, int reps) {
+  std::vector<std::filesystem::path> made;
+  const std::string sel = expand_tmp(selector, made);
+  auto store = toolnexus::resolve_store(sel);
+  std::vector<std::string> ids;
+  {
+    const auto t0 = Clock::now();
+    bool batches = true;
+    for (size_t base = 0; base < n; base += 1000) {
+      std::vector<toolnexus::Task> tasks;
+      for (size_t i = base; i < std::min(n, base + 1000); ++i) tasks.push_back(toolnexus::Task::parse(echo_task_json(i)));
+      if (batches) {
+        std::vector<toolnexus::BatchItem> items(tasks.size());
+        for (size_t k = 0; k < tasks.size(); ++k) items[k].task = &tasks[k];
+        try {
+          store->save_batch(items);
+        } catch (const toolnexus::StoreError &e) {
+          if (e.code() != toolnexus::Status::unsupported) throw;
+          batches = false;
+        }
+      }
+      if (!batches) {  // a store without batches (file:): 8 threads of saves
+        std::atomic<size_t> next{0};
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 8; ++t)
+          ts.emplace_back([&] {
+            for (size_t k; (k = next.fetch_add(1)) < tasks.size();) store->save(tasks[k]);
+          });
+        for (auto &t : ts) t.join();
+      }
+      for (const auto &t : tasks) ids.emplace_back(t.id());
+    }
+    std::printf("store %s: %zu echo-shaped Tasks saved in %.1f s\n", sel.c_str(), n,
+                std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  toolnexus::ServerOptions opts;
+  opts.listen = "127.0.0.1:0";
+  opts.store = store;
+  opts.agent = "echo";
+  opts.log_level = toolnexus::LogLevel::warn;
+  auto server = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(std::move(opts)));
+  const Target target = parse_url(server->url());
+  KeepAlive conn(target);
+  std::printf("one keep-alive connection, one request at a time, %d runs each (+%d warm-up)\n", reps, reps / 10);
+
+  toolnexus::ListQuery q;
+  q.page_size = 50;
+  q.deliver_corrupt = true;
+  const Timing store_list = time_it(reps, [&] {
+    const auto page = store->list(q);
+    if (page.records.size() != std::min<size_t>(50, n) || store->count(q) != n) throw std::runtime_error("list");
+  });
+  print_timing("store: list 50 + count (in-process)", store_list);
+  size_t k = 0;
+  const Timing store_get = time_it(reps, [&] {
+    if (!store->get(ids[k++ % ids.size()])) throw std::runtime_error("get");
+  });
+  print_timing("store: get (in-process)", store_get);
+  // The floor: a JSON-RPC request whose method does nothing but one store
+  // get that finds nothing (answered -32001 TaskNotFound, HTTP 200).
+  const std::string missing =
+      http_post(target, R"({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"no-such-task"}})");
+  const Timing floor = time_it(reps, [&] {
+    if (conn.round_trip(missing).find("-32001") == std::string::npos) throw std::runtime_error("floor");
+  });
+  print_timing("floor: GetTask of a missing Task (HTTP, JSON-RPC)", floor);
+
+  struct Row {
+    const char *dialect;
+    Timing list, get;
+  };
+  std::vector<Row> rows;
+  for (const char *d : {"1.0", "0.3"}) {
+    g_dialect = d;
+    const bool v1 = g_dialect == "1.0";
+    const std::string list_req = http_post(
+        target, std::string(R"({"jsonrpc":"2.0","id":1,"method":")") + (v1 ? "ListTasks" : "tasks/list") +
+                    R"(","params":{"pageSize":50}})");
+    Row r{d, {}, {}};
+    r.list = time_it(reps, [&] {
+      const std::string body = conn.round_trip(list_req);
+      if (body.rfind("\"totalSize\":" + std::to_string(n)) == std::string::npos)  // at the end
+        throw std::runtime_error("ListTasks: " + body.substr(0, 300));
+    });
+    const std::string list_label =
+        "ListTasks, A2A " + std::string(d) + ", 50 (" + std::to_string(conn.round_trip(list_req).size()) + " B)";
+    print_timing(list_label.c_str(), r.list);
+    std::vector<std::string> gets;
+    for (size_t i = 0; i < 256 && i < ids.size(); ++i)
+      gets.push_back(http_post(target, std::string(R"({"jsonrpc":"2.0","id":1,"method":")") +
+                                           (v1 ? "GetTask" : "tasks/get") + R"(","params":{"id":")" + ids[i] +
+                                           R"("}})"));
+    k = 0;
+    r.get = time_it(reps, [&] {
+      const std::string body = conn.round_trip(gets[k++ % gets.size()]);
+      if (body.find("\"result\"") == std::string::npos) throw std::runtime_error("GetTask: " + body.substr(0, 300));
+    });
+    print_timing(("GetTask, A2A " + std::string(d)).c_str(), r.get);
+    rows.push_back(r);
+  }
+  std::printf("ratios (\"less the floor\" takes the floor off the A2A side):\n");
+  for (const Row &r : rows) {
+    std::printf("  ListTasks A2A %s / store list+count: wall p50 %.2fx, cpu %.2fx; less the floor: wall %.2fx, "
+                "cpu %.2fx (goal <= 3 on sqlite: and memory, <= 4 on file:)\n",
+                r.dialect, r.list.p50_us / store_list.p50_us, r.list.cpu_us / store_list.cpu_us,
+                (r.list.p50_us - floor.p50_us) / store_list.p50_us,
+                (r.list.cpu_us - floor.cpu_us) / store_list.cpu_us);
+    std::printf("  GetTask A2A %s / store get: wall p50 %.2fx, cpu %.2fx; less the floor: wall %.2fx, cpu %.2fx\n",
+                r.dialect, r.get.p50_us / store_get.p50_us, r.get.cpu_us / store_get.cpu_us,
+                (r.get.p50_us - floor.p50_us) / store_get.p50_us, (r.get.cpu_us - floor.cpu_us) / store_get.cpu_us);
+  }
+  server->stop();
+  server.reset();
+  store->close();
+  for (const auto &d : made) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -332,6 +579,8 @@ int main(int argc, char **argv) {
   unsigned server_threads = 0;
   unsigned workers = 0;
   std::string store = "memory";
+  size_t read_tasks = 10000;
+  int reps = 2000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -359,12 +608,15 @@ int main(int argc, char **argv) {
     else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--store") store = value();
+    else if (a == "--tasks") read_tasks = std::strtoul(value().c_str(), nullptr, 10);
+    else if (a == "--reps") reps = std::atoi(value().c_str());
     else {
       std::fprintf(stderr,
                    "usage: server_load [--url http://HOST:PORT/[,...]]... [--connections 64] [--threads 2]\n"
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
                    "                   [--dialect both|0.3|1.0] [--blocking]\n"
-                   "                   [--server-threads N] [--workers N] [--store SELECTOR]\n");
+                   "                   [--server-threads N] [--workers N] [--store SELECTOR]\n"
+                   "       server_load --method reads [--store SELECTOR] [--tasks N] [--reps N]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -374,6 +626,13 @@ int main(int argc, char **argv) {
   }
   try {
 #ifndef BENCH_NO_SERVER
+    if (method == "reads") {
+      if (!urls.empty() || read_tasks == 0 || reps < 10) {
+        std::fprintf(stderr, "--method reads needs an in-process server (no --url), --tasks >= 1, --reps >= 10\n");
+        return 2;
+      }
+      return reads_bench(store, read_tasks, reps);
+    }
     std::unique_ptr<toolnexus::ServerHandle> server;
     if (urls.empty()) {
       toolnexus::ServerOptions opts;

@@ -93,6 +93,10 @@ options (flags override the config file):
   --lease-ms MS            lease of a running Task (default 30000)
   --lease-renew-ms MS      lease renewal interval (default 10000)
   --settle-interval-ms MS  sweep for expired leases this often (default 10000)
+  --full-settle-interval-ms MS
+                           on a store with a due index, that sweep reads every
+                           running Task this often, not only the due ones
+                           (default 3600000; 0 = at start only)
   --cancel-poll-ms MS      re-read running Tasks this often to notice a cancel
                            made by another server (default: the renew interval)
   --max-streams N          SSE streams open at once (default 10000)
@@ -421,13 +425,16 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!llm->ca_file.empty()) llm->ca_file = (c.dir / llm->ca_file).lexically_normal().string();
   }
   if (const rapidjson::Value *l = member(root, "lease")) {
-    warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms", "cancel_poll_ms"});
+    warn_unknown(c, *l, "lease.", {"lease_ms", "renew_interval_ms", "settle_interval_ms", "full_settle_interval_ms",
+                                        "cancel_poll_ms"});
     constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
     if (auto v = config_int(c, *l, "lease_ms", "lease.lease_ms", 1, kMaxMs)) o.lease.lease_ms = to_int(*v);
     if (auto v = config_int(c, *l, "renew_interval_ms", "lease.renew_interval_ms", 1, kMaxMs))
       o.lease.renew_interval_ms = to_int(*v);
     if (auto v = config_int(c, *l, "settle_interval_ms", "lease.settle_interval_ms", 1, kMaxMs))
       o.lease.settle_interval_ms = to_int(*v);
+    if (auto v = config_int(c, *l, "full_settle_interval_ms", "lease.full_settle_interval_ms", 0, kMaxMs))
+      o.lease.full_settle_interval_ms = to_int(*v);
     if (auto v = config_int(c, *l, "cancel_poll_ms", "lease.cancel_poll_ms", 0, kMaxMs))
       o.lease.cancel_poll_ms = to_int(*v);
   }
@@ -514,6 +521,8 @@ int run_serve(int argc, char **argv) {
       else if (a == "--lease-ms") o.lease.lease_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--lease-renew-ms") o.lease.renew_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
       else if (a == "--settle-interval-ms") o.lease.settle_interval_ms = to_int(parse_int(a, next(), 1, kMaxMs));
+      else if (a == "--full-settle-interval-ms")
+        o.lease.full_settle_interval_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else if (a == "--cancel-poll-ms") o.lease.cancel_poll_ms = to_int(parse_int(a, next(), 0, kMaxMs));
       else if (a == "--max-streams") o.streams.max_streams = static_cast<std::size_t>(parse_int(a, next(), 1, 1 << 22));
       else if (a == "--stream-keepalive-ms") o.streams.keepalive_ms = to_int(parse_int(a, next(), 1, kMaxMs));

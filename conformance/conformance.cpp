@@ -764,7 +764,8 @@ void info_rule(const StoreFactory &fresh) {
   StoreInfo i = s->info();
   EXPECT(!i.scheme.empty(), "info().scheme is empty");
   const uint64_t known = TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                         TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED;
+                         TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED |
+                         TNX_CAP_DUE_INDEX;
   EXPECT((i.capabilities & ~known) == 0, "unknown capability bits");
 }
 
@@ -772,6 +773,8 @@ void info_rule(const StoreFactory &fresh) {
 
 // conformance/change_feed_rule.cpp
 void change_feed_rule(const StoreFactory &fresh);
+// conformance/due_index_rule.cpp
+void due_index_rule(const StoreFactory &fresh);
 
 namespace {
 
@@ -798,6 +801,7 @@ const std::vector<Rule> kRules = {
     {"read-only-plugin", "the plugin itself honours TNX_OPEN_READ_ONLY: creates nothing, refuses save and delete (ABI 1.2)", read_only_plugin_rule},
     {"one-export", "the plugin file exports only the entry function (ELF dynamic symbol table)", one_export_rule},
     {"change-feed", "a store with TNX_CAP_CHANGE_FEED reports every save and delete, in version order, to every listener (ABI 1.4)", change_feed_rule},
+    {"due-index", "a store with TNX_CAP_DUE_INDEX keeps each Task's due time and lists what is due before a bound, in list order, with the other filters (ABI 1.5)", due_index_rule},
 };
 
 std::mutex g_tmp_mu;

@@ -6,12 +6,17 @@
 // non-empty id without NUL, a known state or none; to_json() is valid JSON
 // that parses again into a Task with the same id, contextId, state and
 // status time, and serializes to the same bytes (a fixpoint: a Task saved
-// and loaded stays as it is).
+// and loaded stays as it is). Task::parse_stored (a read of a stored
+// record) never crashes, refuses with a message, writes what it accepts as
+// valid JSON, and accepts what parse() accepts (but bytes after a NUL, which
+// RapidJSON's parse() takes for the end, or after a byte order mark's bytes,
+// which it skips) as the same Task.
 #include "fuzz_check.hpp"
 #include "toolnexus/task.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +25,18 @@ using toolnexus::Task;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, std::size_t size) {
   const std::string_view json(reinterpret_cast<const char *>(data), size);
+  std::optional<std::string> stored;  // what parse_stored() accepted, as to_json() writes it
+  try {
+    const Task s = Task::parse_stored(json);
+    try {
+      stored = s.to_json();
+    } catch (const InvalidTask &e) {
+      FUZZ_CHECK(false, std::string("parse_stored() took what to_json() refuses: ") + e.what());
+    }
+    FUZZ_CHECK(toolnexus::fuzz::valid_json(*stored), *stored);
+  } catch (const InvalidTask &e) {
+    FUZZ_CHECK(e.what()[0] != '\0', "a refusal without a message");
+  }
   Task t;
   try {
     t = Task::parse(json);
@@ -31,6 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, std::size_t size) {
   FUZZ_CHECK(t.state().empty() || toolnexus::task_state::is_known(t.state()), std::string(t.state()));
   const std::string once = t.to_json();
   FUZZ_CHECK(toolnexus::fuzz::valid_json(once), once);
+  // (RapidJSON's parse() skips a byte order mark's bytes at the start and
+  // takes a NUL for the end; no stored record the host wrote has either.)
+  const bool bom = !json.empty() && (json[0] == '\xef' || json[0] == '\xbb' || json[0] == '\xbf');
+  if (json.find('\0') == std::string_view::npos && !bom)
+    FUZZ_CHECK(stored && *stored == once, "parse_stored() differs from parse(): " + once);
   Task again;
   try {
     again = Task::parse(once);

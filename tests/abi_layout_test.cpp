@@ -23,7 +23,9 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, task_json) == 96)
 static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, version) == 112);
 // ABI 1.2 appended problem; 1.0/1.1's record ended at 120.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, problem) == 120);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_task_record) == 136);
+// ABI 1.5 appended due_us; 1.2..1.4's record ended at 136.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_task_record, due_us) == 136);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_task_record) == 144);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, filter_flags) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, page_size) == 12);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, context_id) == 16);
@@ -31,7 +33,9 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, after_us) == 80);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, cursor) == 96);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, omit_json) == 112);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, deliver_corrupt) == 116);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_list_query) == 120);
+// ABI 1.5 appended due_before_us; 1.1..1.4's query ended at 120.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_list_query, due_before_us) == 120);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_list_query) == 128);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, get) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, close) == 40);
 // ABI 1.3 appended count and save_batch; 1.0..1.2's vtable ended at 48.

@@ -78,6 +78,7 @@ struct Rec {
   int64_t time_us = 0;
   uint64_t version = 0;
   std::string problem;  // ABI 1.2, deliver_corrupt only
+  int64_t due_us = TNX_TIME_NONE;  // ABI 1.5
 };
 
 Rec copy(const tnx_task_record *r) {
@@ -91,6 +92,7 @@ Rec copy(const tnx_task_record *r) {
   o.time_us = r->status_time_us;
   o.version = r->version;
   if (TNX_HAS_FIELD(r, tnx_task_record, problem)) o.problem = V(r->problem);
+  if (TNX_HAS_FIELD(r, tnx_task_record, due_us)) o.due_us = r->due_us;
   return o;
 }
 
@@ -127,6 +129,7 @@ constexpr int64_t kJan1 = 1704067200LL * 1000000;  // 2024-01-01T00:00:00Z
 struct Task {
   std::string id, context_id = "ctx", state = "working", json, owner, tenant;
   int64_t time_us = TNX_TIME_NONE;
+  int64_t due_us = TNX_TIME_NONE;  // ABI 1.5
 };
 
 // Task `id` with status time 2024-01-01T00:00:00Z + `sec` seconds (sec < 0:
@@ -189,6 +192,7 @@ class Store {
     rec.owner = S(t.owner);
     rec.tenant = S(t.tenant);
     rec.task_json = S(t.json);
+    rec.due_us = t.due_us;
     Result r;
     char err[1024] = {0};
     r.rc = vt()->save(s_, &rec, expected, &r.version, err, sizeof err);
@@ -373,7 +377,8 @@ TEST_CASE("descriptor: scheme, capabilities, CAS between processes stated") {
   CHECK(std::string(d->schemes[0]) == "file");
   CHECK(d->schemes[1] == nullptr);
   CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
-                            TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED));
+                            TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED |
+                            TNX_CAP_DUE_INDEX));
   REQUIRE(d->description != nullptr);
   CHECK(std::string(d->description).find("between processes") != std::string::npos);
   REQUIRE(TNX_HAS_FIELD(d, tnx_plugin_descriptor, location_syntax));
@@ -1797,4 +1802,56 @@ TEST_CASE("change feed: a read-only open has none") {
   FeedEar ear;
   CHECK(plugin()->vtable->watch(s, &FeedEar::sink, &ear, err, sizeof err) == TNX_EUNSUPPORTED);
   CHECK(plugin()->vtable->close(s, err, sizeof err) == TNX_OK);
+}
+
+TEST_CASE("due index: due times live in the index records, survive a compaction and a reopen, and a rebuild drops them") {
+  TempDir t;
+  const int64_t due0 = kJan1 + 3'600'000'000;
+  auto due_ids = [](Store &s, int64_t before) {
+    tnx_list_query q = Store::query();
+    q.filter_flags = TNX_FILTER_DUE_BEFORE;
+    q.due_before_us = before;
+    std::vector<std::string> ids;
+    for (const Rec &r : s.list_all(2, q)) ids.push_back(r.id + "@" + std::to_string(r.due_us - due0));
+    return ids;
+  };
+  {
+    Store s(t.path);
+    for (int i = 0; i < 5; ++i) {
+      Task x = task("d" + std::to_string(i), i);
+      if (i != 2) x.due_us = due0 + i;
+      REQUIRE(s.save(x).rc == TNX_OK);
+    }
+    CHECK(due_ids(s, due0 + 4) == std::vector<std::string>{"d3@3", "d1@1", "d0@0"});
+    CHECK(s.get("d1").rec.due_us == due0 + 1);
+    CHECK(s.get("d2").rec.due_us == TNX_TIME_NONE);
+    // Grow the index past its rewrite size: the compacted file keeps them.
+    const std::string big(16 * 1024, 'b');  // a contextId: index records grow
+    const fs::path index = t / ".tnx-index";
+    uintmax_t size = fs::file_size(index);
+    bool rewritten = false;
+    for (int round = 0; round < 1000 && !rewritten; ++round) {
+      REQUIRE(s.save(task("big" + std::to_string(round % 5), round, "completed", "", big)).rc == TNX_OK);
+      const uintmax_t now = fs::file_size(index);
+      rewritten = now < size;
+      size = now;
+    }
+    REQUIRE(rewritten);
+    CHECK(due_ids(s, due0 + 100) == std::vector<std::string>{"d4@4", "d3@3", "d1@1", "d0@0"});
+  }
+  {
+    Store again(t.path);  // read from the compacted index (and the records after it)
+    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d4@4", "d3@3", "d1@1", "d0@0"});
+    Task moved = task("d0", 0);
+    moved.due_us = due0 + 50;
+    REQUIRE(again.save(moved).rc == TNX_OK);
+    REQUIRE(again.del("d3").rc == TNX_OK);
+    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d4@4", "d1@1", "d0@50"});
+  }
+  // An index deleted (or untrusted) is rebuilt from the task files alone:
+  // they hold no due times (the server's full sweep at start finds what is due).
+  fs::remove(t / ".tnx-index");
+  Store rebuilt(t.path);
+  CHECK(due_ids(rebuilt, due0 + 100).empty());
+  CHECK(rebuilt.get("d1").rec.due_us == TNX_TIME_NONE);
 }

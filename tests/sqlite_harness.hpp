@@ -83,17 +83,19 @@ struct Rec {
   int64_t time = TNX_TIME_NONE;
   uint64_t version = 0;
   std::string problem;  // ABI 1.2, deliver_corrupt only
+  int64_t due = TNX_TIME_NONE;  // ABI 1.5
 
   bool operator==(const Rec &o) const {
-    return std::tie(id, context_id, state, owner, tenant, json, time, version, problem) ==
-           std::tie(o.id, o.context_id, o.state, o.owner, o.tenant, o.json, o.time, o.version, o.problem);
+    return std::tie(id, context_id, state, owner, tenant, json, time, version, problem, due) ==
+           std::tie(o.id, o.context_id, o.state, o.owner, o.tenant, o.json, o.time, o.version, o.problem, o.due);
   }
 };
 
 doctest::String toString(const Rec &r) {
   std::string s = "{id=" + r.id + " ctx=" + r.context_id + " state=" + r.state +
                   " owner=" + r.owner + " tenant=" + r.tenant + " t=" + std::to_string(r.time) +
-                  " v=" + std::to_string(r.version) + " json=" + r.json.substr(0, 60) + "}";
+                  " due=" + std::to_string(r.due) + " v=" + std::to_string(r.version) +
+                  " json=" + r.json.substr(0, 60) + "}";
   return doctest::String(s.c_str());
 }
 
@@ -108,6 +110,7 @@ Rec from_abi(const tnx_task_record &r) {
   x.time = r.status_time_us;
   x.version = r.version;
   if (TNX_HAS_FIELD(&r, tnx_task_record, problem)) x.problem = V(r.problem);
+  if (TNX_HAS_FIELD(&r, tnx_task_record, due_us)) x.due = r.due_us;
   return x;
 }
 
@@ -142,6 +145,7 @@ struct Query {
   int64_t after = 0, before = 0;
   bool omit = false;
   bool deliver_corrupt = false;  // ABI 1.1
+  int64_t due_before = 0;        // ABI 1.5, with TNX_FILTER_DUE_BEFORE
 };
 
 /// What a list call delivered.
@@ -196,6 +200,7 @@ class Store {
     x.owner = S(rec.owner);
     x.tenant = S(rec.tenant);
     x.task_json = S(rec.json);
+    x.due_us = rec.due;
     x.version = 12345;  // ignored on input
     char err[1024] = "";
     Res r;
@@ -248,6 +253,7 @@ class Store {
     x.cursor = S(q.cursor);
     x.omit_json = q.omit ? 1 : 0;
     x.deliver_corrupt = q.deliver_corrupt ? 1 : 0;
+    x.due_before_us = q.due_before;
     Page p;
     p.stop_after = stop_after;
     char err[1024] = "";
@@ -280,6 +286,7 @@ class Store {
     x.tenant = S(q.tenant);
     x.after_us = q.after;
     x.before_us = q.before;
+    x.due_before_us = q.due_before;
     char err[1024] = "";
     Res r;
     const bool has_count = vt().count != nullptr;
@@ -304,6 +311,7 @@ class Store {
       x.owner = S(recs[i].owner);
       x.tenant = S(recs[i].tenant);
       x.task_json = S(recs[i].json);
+      x.due_us = recs[i].due;
       ptrs.push_back(&x);
     }
     versions->assign(recs.size(), 0);

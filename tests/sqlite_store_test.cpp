@@ -48,7 +48,7 @@ TEST_CASE("descriptor: name, scheme, capabilities, entry refuses another major")
   CHECK(d->schemes[1] == nullptr);
   CHECK(d->capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST |
                             TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS |
-                            TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED));
+                            TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED | TNX_CAP_DUE_INDEX));
   REQUIRE(d->vtable != nullptr);
   CHECK(d->vtable->header.abi_major == TNX_ABI_MAJOR);
   REQUIRE(d->description != nullptr);
@@ -256,7 +256,7 @@ TEST_CASE("schema: fresh file gets the current version") {
   CHECK(raw.value("PRAGMA application_id") == "1414420563");
   CHECK(raw.value("PRAGMA journal_mode") == "wal");
   CHECK(raw.value("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE "
-                  "'tnx_tasks_by_%'") == "5");
+                  "'tnx_tasks_by_%'") == "6");  // 5 list indexes and the due index
 }
 
 TEST_CASE("schema: migration from schema 1 (no tenant, no version columns)") {
@@ -303,7 +303,7 @@ TEST_CASE("schema: migration from schema 1 (no tenant, no version columns)") {
   CHECK(raw.value("PRAGMA user_version") == "3");
   CHECK(raw.rows("SELECT name FROM pragma_table_info('tnx_tasks') ORDER BY cid") ==
         std::vector<std::string>{"id", "context_id", "state", "status_time_us", "owner",
-                                 "tenant", "version", "task_json"});
+                                 "tenant", "version", "task_json", "due_us"});
   CHECK(raw.value("SELECT count(*) FROM sqlite_master WHERE name = 'tnx_tasks_by_tenant'") ==
         "1");
   CHECK(raw.value("SELECT count(*) FROM sqlite_master WHERE name = 'tnx_tasks_v2'") == "0");

@@ -225,3 +225,138 @@ TEST_CASE("a corrupt stored record is reported as corrupt, naming the id") {
     CHECK(std::string(e.what()).find("'broken'") != std::string::npos);
   }
 }
+
+TEST_CASE("is_valid_utf8: a lone byte of a byte order mark is no character, at the start too") {
+  // RapidJSON's EncodedInputStream skipped EF, BB and BF at the start.
+  CHECK_FALSE(is_valid_utf8("\xbb"));
+  CHECK_FALSE(is_valid_utf8("\xbf tail"));
+  CHECK_FALSE(is_valid_utf8("\xef"));
+  CHECK_FALSE(is_valid_utf8("a\xbb"));
+  CHECK(is_valid_utf8("\xef\xbb\xbf"));  // U+FEFF itself is a character
+}
+
+TEST_CASE("is_valid_utf8 finds a bad byte wherever it is among ASCII runs (the word-at-a-time scan)") {
+  const std::string good = "é😀€";  // 2, 4 and 3 byte sequences
+  for (std::size_t at = 0; at < 20; ++at) {
+    std::string s(20, 'a');
+    CHECK(is_valid_utf8(s.substr(0, at)));
+    std::string with_good = s;
+    with_good.insert(at, good);
+    CHECK(is_valid_utf8(with_good));
+    std::string bad = s;
+    bad[at] = '\xff';
+    CHECK(!is_valid_utf8(bad));
+    std::string cut = s.substr(0, at) + good.substr(0, 3);  // a sequence cut short
+    CHECK(!is_valid_utf8(cut));
+    std::string overlong = s;
+    overlong.insert(at, "\xc0\xaf");
+    CHECK(!is_valid_utf8(overlong));
+    std::string surrogate = s;
+    surrogate.insert(at, "\xed\xa0\x80");  // U+D800 encoded
+    CHECK(!is_valid_utf8(surrogate));
+  }
+}
+
+namespace {
+std::string why_stored(std::string_view json) {
+  try {
+    Task::parse_stored(json);
+  } catch (const InvalidTask &e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("parse_stored: what parse accepts, the same Task; what would make invalid output, refused naming where") {
+  for (const std::string &json : {
+           std::string(R"({"zeta":1,"id":"t1","contextId":"c","status":{"state":"working","timestamp":"2026-01-02T03:04:05Z"},"x":{"y":[1,"two",null,2.2222222222222223e57,-0.0]},"kind":"task"})"),
+           std::string(R"( {"id":"t\u00e9\ud83d\ude00","t":"é \" \\ \n"} )"),
+       }) {
+    CAPTURE(json);
+    CHECK(Task::parse_stored(json).to_json() == Task::parse(json).to_json());
+  }
+  const std::string deep64 = R"({"id":"t","x":)" + std::string(63, '[') + std::string(63, ']') + "}";
+  CHECK(Task::parse_stored(deep64).to_json() == Task::parse(deep64).to_json());
+
+  CHECK(why_stored("{\"id\":\"t\",\"s\":\"a\xff\"}") == "task is not valid JSON: bytes that are not UTF-8 at byte 16");
+  CHECK(why_stored(R"({"id":"t","s":"\udc00"})").find("lone surrogate") != std::string::npos);
+  CHECK(why_stored(R"({"id":"t","x":)" + std::string(64, '[') + std::string(64, ']') + "}") ==
+        "task JSON nests deeper than 64 levels");
+  CHECK(why_stored(R"({"id":"t","x":)" + std::string(1000000, '[')) == "task JSON nests deeper than 64 levels");
+  CHECK(why_stored(R"({"id":"t"})" + std::string("{}")) == "task is not valid JSON: bytes after the value at byte 10");
+  CHECK(why_stored(std::string(R"({"id":"t"})") + '\0' + "x") ==
+        "task is not valid JSON: bytes after the value at byte 10");
+  CHECK(why_stored(R"({"id":"t")").find("task is not valid JSON: ") == 0);
+  CHECK(why_stored(R"({"id":""})") == "task \"id\" must not be empty");
+  CHECK(why_stored(R"({"id":"t","status":{"state":"done"}})").find("is not a TaskState") != std::string::npos);
+  // The trust line: the timestamp is the one rule not checked again.
+  CHECK(why(R"({"id":"t","status":{"timestamp":"soon"}})").find("RFC 3339") != std::string::npos);
+  CHECK(why_stored(R"({"id":"t","status":{"timestamp":"soon"}})").empty());
+}
+
+TEST_CASE("a2a_task of a record with a version: the stored-read checks, and the same errors") {
+  TaskRecord r;
+  r.id = "t";
+  r.version = 3;
+  r.json = R"({"id":"t","contextId":"c","status":{"state":"completed"}})";
+  CHECK(r.a2a_task().to_json() == r.json);
+  rapidjson::Document doc;
+  TaskRecord in_place = r;
+  in_place.a2a_task_in_place(doc);
+  CHECK(doc["contextId"] == "c");
+  const auto corrupt = [](TaskRecord rec) {
+    try {
+      (void)rec.a2a_task();
+    } catch (const StoreError &e) {
+      CHECK(e.code() == Status::corrupt);
+      std::string first = e.what();
+      rapidjson::Document d;
+      try {
+        rec.a2a_task_in_place(d);
+      } catch (const StoreError &e2) {
+        CHECK(std::string(e2.what()) == first);
+        return first;
+      }
+      FAIL("a2a_task_in_place took what a2a_task refused");
+    }
+    return std::string();
+  };
+  TaskRecord other = r;
+  other.json = R"({"id":"u","contextId":"c","status":{"state":"completed"}})";
+  CHECK(corrupt(other) == "stored task 't' holds the JSON of task 'u'");
+  TaskRecord bad = r;
+  bad.json = "{\"id\":\"t\",\"contextId\":\"c\xc3\"}";
+  CHECK(corrupt(bad) == "stored task 't' is unreadable: task is not valid JSON: bytes that are not UTF-8 at byte 24");
+  TaskRecord partial = r;
+  partial.json = R"({"id":"t"})";
+  CHECK(corrupt(partial).find("stored task 't' is not a valid A2A Task: \"contextId\" is required") == 0);
+  TaskRecord flagged = r;
+  flagged.problem = "CRC mismatch";
+  CHECK(corrupt(flagged) == "stored task 't' is unreadable: CRC mismatch");
+}
+
+TEST_CASE("parse_timestamp: the arithmetic path gives what Poco's parser gave (values from Poco 1.12)") {
+  const std::pair<const char *, int64_t> known[] = {
+      {"1970-01-01T00:00:00Z", 0},
+      {"2026-11-29T20:58:33.5Z", 1795985913500000},
+      {"2026-11-29T20:58:33.123456789Z", 1795985913123456},  // a fraction cut to microseconds
+      {"2026-11-29t20:58:33.12+01:30", 1795980513120000},
+      {"1000-01-01T00:00:00Z", -30610224000000000},  // proleptic Gregorian
+      {"0000-01-01T00:00:00z", -62167219200000000},
+      {"2024-02-29T23:59:59.999999-00:01", 1709251259999999},
+      {"2026-11-29T20:58:60Z", 1795985940000000},  // a leap second: Poco's path, as before
+  };
+  for (const auto &[text, us] : known) {
+    CAPTURE(text);
+    int64_t got = 0;
+    CHECK(parse_timestamp(text, got));
+    CHECK(got == us);
+  }
+  int64_t ignored = 0;
+  for (const char *bad : {"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-01-01T24:00:00Z",
+                          "2026-01-00T00:00:00Z"}) {
+    CAPTURE(std::string(bad));
+    CHECK_FALSE(parse_timestamp(bad, ignored));
+  }
+}

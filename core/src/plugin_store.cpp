@@ -36,6 +36,7 @@ bool copy_record(const tnx_task_record *r, TaskRecord &out) noexcept {
     out.json.assign(sv(r->task_json));
     out.version = r->version;
     if (TNX_HAS_FIELD(r, tnx_task_record, problem)) out.problem.assign(sv(r->problem));
+    out.due_us = TNX_HAS_FIELD(r, tnx_task_record, due_us) ? r->due_us : kNoTime;
     return true;
   } catch (...) {
     return false;
@@ -104,6 +105,7 @@ class PluginStore final : public TaskStore {
   }
 
   ListPage list(const ListQuery &q) override {
+    refuse_due_unless_indexed(q, "list");
     tnx_list_query cq = c_query(q);
     if (q.page_size == 0 || q.page_size > TNX_LIST_MAX_PAGE)
       throw StoreError(Status::invalid_argument,
@@ -129,6 +131,7 @@ class PluginStore final : public TaskStore {
   // The plugin's count (ABI 1.3) when its vtable has one and it does not
   // answer unsupported; otherwise TaskStore's counting by list.
   uint64_t count(const ListQuery &q) override {
+    refuse_due_unless_indexed(q, "count");
     if (!has_count_) return TaskStore::count(q);
     tnx_list_query cq = c_query(q);
     uint64_t n = 0;
@@ -196,6 +199,7 @@ class PluginStore final : public TaskStore {
     cr.tenant = cstr(r.tenant);
     cr.task_json = cstr(r.json);
     cr.version = 0;
+    cr.due_us = r.due_us;
     uint64_t version = 0;
     char err[kErrCap] = {0};
     tnx_status rc;
@@ -224,6 +228,7 @@ class PluginStore final : public TaskStore {
       cr.owner = cstr(r.owner);
       cr.tenant = cstr(r.tenant);
       cr.task_json = cstr(r.json);
+      cr.due_us = r.due_us;
       ptrs[i] = &cr;
     }
     std::vector<uint64_t> versions(recs.size(), 0);
@@ -328,6 +333,7 @@ class PluginStore final : public TaskStore {
       cr.owner = cstr(r->owner);
       cr.tenant = cstr(r->tenant);
       cr.task_json = cstr(r->json);
+      cr.due_us = r->due_us;
       *expected = e;
       *out = &cr;
       ++ctx->taken;
@@ -367,6 +373,14 @@ class PluginStore final : public TaskStore {
 
   // The C query of `q`'s filters (cursor, paging and flags left to the
   // caller); borrows q's strings.
+  // A due filter goes only to a store that keeps due times (ABI 1.5): an
+  // older plugin would not know the bit (or worse, ignore it).
+  void refuse_due_unless_indexed(const ListQuery &q, const char *op) const {
+    if (q.due_before_us && (capabilities_ & TNX_CAP_DUE_INDEX) == 0)
+      throw StoreError(Status::unsupported, std::string(op) + ": store '" + display_ +
+                                                "' keeps no due times (no TNX_CAP_DUE_INDEX, ABI 1.5)");
+  }
+
   static tnx_list_query c_query(const ListQuery &q) {
     tnx_list_query cq{};
     cq.header = tnx_header(sizeof cq);
@@ -376,6 +390,7 @@ class PluginStore final : public TaskStore {
     if (q.tenant) { cq.filter_flags |= TNX_FILTER_TENANT; cq.tenant = cstr(*q.tenant); }
     if (q.after_us) { cq.filter_flags |= TNX_FILTER_AFTER; cq.after_us = *q.after_us; }
     if (q.before_us) { cq.filter_flags |= TNX_FILTER_BEFORE; cq.before_us = *q.before_us; }
+    if (q.due_before_us) { cq.filter_flags |= TNX_FILTER_DUE_BEFORE; cq.due_before_us = *q.due_before_us; }
     return cq;
   }
 

@@ -37,7 +37,7 @@ std::string capability_names(uint64_t caps) {
       {TNX_CAP_THREAD_SAFE, "thread-safe"},   {TNX_CAP_PAGINATED_LIST, "paginated-list"},
       {TNX_CAP_COMPARE_AND_SET, "compare-and-set"}, {TNX_CAP_DURABLE, "durable"},
       {TNX_CAP_MULTI_PROCESS, "multi-process"}, {TNX_CAP_PERSISTENT, "persistent"},
-      {TNX_CAP_CHANGE_FEED, "change-feed"},
+      {TNX_CAP_CHANGE_FEED, "change-feed"},   {TNX_CAP_DUE_INDEX, "due-index"},
   };
   std::string out;
   for (const auto &[bit, name] : names) {

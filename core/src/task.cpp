@@ -68,15 +68,48 @@ struct NullOutput {
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view s) noexcept {
-  rapidjson::MemoryStream ms(s.data(), s.size());
-  rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
-  NullOutput out;
-  while (is.Tell() < s.size()) {
-    if (!rapidjson::UTF8<>::Validate(is, out)) return false;
+namespace {
+
+// Bytes for rapidjson::UTF8<>::Validate, '\0' past the end (which no
+// sequence continues with). Not RapidJSON's EncodedInputStream over a
+// MemoryStream: it skips the bytes EF, BB, BF where it starts (a byte order
+// mark's, each alone too), so is_valid_utf8("\xbb") was true.
+struct ByteStream {
+  using Ch = char;
+  const char *p;
+  const char *end;
+  char Take() noexcept { return p == end ? '\0' : *p++; }
+};
+
+// The offset of the first byte of `s` that starts no valid UTF-8 sequence,
+// or npos. Runs of ASCII are skipped eight bytes at a time (stored Tasks
+// are mostly ASCII), the rest decoded by RapidJSON's validator.
+std::size_t utf8_error_at(std::string_view s) noexcept {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i + 8 <= s.size()) {
+      uint64_t word;
+      std::memcpy(&word, s.data() + i, 8);
+      if ((word & 0x8080808080808080ULL) != 0) break;
+      i += 8;
+    }
+    while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+    if (i == s.size()) break;
+    // A non-ASCII byte: validate sequences until ASCII again.
+    ByteStream is{s.data() + i, s.data() + s.size()};
+    NullOutput out;
+    while (is.p != is.end && static_cast<unsigned char>(*is.p) >= 0x80) {
+      const std::size_t at = static_cast<std::size_t>(is.p - s.data());
+      if (!rapidjson::UTF8<>::Validate(is, out)) return at;
+    }
+    i = static_cast<std::size_t>(is.p - s.data());
   }
-  return true;
+  return std::string_view::npos;
 }
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) noexcept { return utf8_error_at(s) == std::string_view::npos; }
 
 Task::Task() { doc_.SetObject(); }
 
@@ -158,6 +191,97 @@ Task Task::parse(std::string_view json) {
   return t;
 }
 
+namespace {
+
+// Forwards a RapidJSON reader's events to `out` (a document being built),
+// stopping the parse at nesting deeper than kMaxTaskDepth. RapidJSON's
+// recursive parser calls StartObject/StartArray before it descends, so its
+// recursion stays as shallow as the limit: no pre-scan of the bytes needed.
+template <class Out>
+struct DepthLimit {
+  Out &out;
+  int depth = 0;
+  bool too_deep = false;
+  bool open() {
+    too_deep = ++depth > kMaxTaskDepth;
+    return !too_deep;
+  }
+  bool Null() { return out.Null(); }
+  bool Bool(bool b) { return out.Bool(b); }
+  bool Int(int i) { return out.Int(i); }
+  bool Uint(unsigned i) { return out.Uint(i); }
+  bool Int64(int64_t i) { return out.Int64(i); }
+  bool Uint64(uint64_t i) { return out.Uint64(i); }
+  bool Double(double d) { return out.Double(d); }
+  bool RawNumber(const char *s, rapidjson::SizeType n, bool copy) { return out.RawNumber(s, n, copy); }
+  bool String(const char *s, rapidjson::SizeType n, bool copy) { return out.String(s, n, copy); }
+  bool Key(const char *s, rapidjson::SizeType n, bool copy) { return out.Key(s, n, copy); }
+  bool StartObject() { return open() && out.StartObject(); }
+  bool EndObject(rapidjson::SizeType n) {
+    --depth;
+    return out.EndObject(n);
+  }
+  bool StartArray() { return open() && out.StartArray(); }
+  bool EndArray(rapidjson::SizeType n) {
+    --depth;
+    return out.EndArray(n);
+  }
+};
+
+bool json_blank(char c) noexcept { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+}  // namespace
+
+void Task::parse_stored_json(std::string_view json, bool in_place, rapidjson::Document &doc) {
+  // What guards the output is checked on every read, cheaply: UTF-8 (a
+  // word-at-a-time scan of the ASCII), lone surrogate escapes, syntax and
+  // depth (by the parse itself). What the host checked before the save
+  // and a parse cannot notice for free is trusted: see task.hpp.
+  if (const std::size_t at = utf8_error_at(json); at != std::string_view::npos)
+    throw InvalidTask("task is not valid JSON: bytes that are not UTF-8 at byte " + std::to_string(at));
+  if (const std::size_t at = lone_surrogate_escape(json); at != std::string_view::npos)
+    throw InvalidTask("task is not valid JSON: a \\u escape of a lone surrogate (U+D800..U+DFFF), which is "
+                      "no character, at byte " + std::to_string(at));
+  rapidjson::ParseResult result;
+  bool too_deep = false;
+  std::size_t end = json.size();
+  auto generate = [&](rapidjson::Document &handler) {
+    DepthLimit<rapidjson::Document> limit{handler};
+    rapidjson::Reader reader;
+    if (in_place) {
+      // Strings are decoded into the bytes and point there; a NUL ends
+      // the text, so the parse stops at the value and what follows it is
+      // checked below.
+      rapidjson::InsituStringStream is(const_cast<char *>(json.data()));
+      result = reader.Parse<rapidjson::kParseInsituFlag | rapidjson::kParseFullPrecisionFlag |
+                            rapidjson::kParseStopWhenDoneFlag>(is, limit);
+      end = is.Tell();
+    } else {
+      rapidjson::MemoryStream ms(json.data(), json.size());
+      result = reader.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseStopWhenDoneFlag>(ms, limit);
+      end = ms.Tell();
+    }
+    too_deep = limit.too_deep;
+    return !result.IsError();
+  };
+  doc.Populate(generate);
+  if (too_deep)
+    throw InvalidTask("task JSON nests deeper than " + std::to_string(kMaxTaskDepth) + " levels");
+  if (result.IsError())
+    throw InvalidTask(std::string("task is not valid JSON: ") + rapidjson::GetParseError_En(result.Code()) +
+                      " at byte " + std::to_string(result.Offset()));
+  for (std::size_t p = end; p < json.size(); ++p)
+    if (!json_blank(json[p]))
+      throw InvalidTask("task is not valid JSON: bytes after the value at byte " + std::to_string(p));
+  check_fields(doc, false);
+}
+
+Task Task::parse_stored(std::string_view json) {
+  Task t;
+  parse_stored_json(json, false, t.doc_);
+  return t;
+}
+
 Task Task::from_document(rapidjson::Document &&doc) {
   Task t;
   t.doc_.Swap(doc);
@@ -165,19 +289,21 @@ Task Task::from_document(rapidjson::Document &&doc) {
   return t;
 }
 
-void Task::validate() const {
-  if (!doc_.IsObject()) throw InvalidTask("task must be a JSON object");
-  auto id = doc_.FindMember("id");
-  if (id == doc_.MemberEnd()) throw InvalidTask("task has no \"id\"");
+void Task::validate() const { check_fields(doc_, true); }
+
+void Task::check_fields(const rapidjson::Value &d, bool check_time) {
+  if (!d.IsObject()) throw InvalidTask("task must be a JSON object");
+  auto id = d.FindMember("id");
+  if (id == d.MemberEnd()) throw InvalidTask("task has no \"id\"");
   if (!id->value.IsString()) throw InvalidTask("task \"id\" must be a string");
   std::string_view idv(id->value.GetString(), id->value.GetStringLength());
   if (idv.empty()) throw InvalidTask("task \"id\" must not be empty");
   if (idv.find('\0') != std::string_view::npos) throw InvalidTask("task \"id\" must not contain NUL");
-  auto ctx = doc_.FindMember("contextId");
-  if (ctx != doc_.MemberEnd() && !ctx->value.IsString())
+  auto ctx = d.FindMember("contextId");
+  if (ctx != d.MemberEnd() && !ctx->value.IsString())
     throw InvalidTask("task \"contextId\" must be a string");
-  auto st = doc_.FindMember("status");
-  if (st != doc_.MemberEnd()) {
+  auto st = d.FindMember("status");
+  if (st != d.MemberEnd()) {
     if (!st->value.IsObject()) throw InvalidTask("task \"status\" must be an object");
     auto state = st->value.FindMember("state");
     if (state != st->value.MemberEnd() && !state->value.IsString())
@@ -188,7 +314,7 @@ void Task::validate() const {
                         "' is not a TaskState (submitted, working, input-required, auth-required, completed, "
                         "canceled, failed, rejected, unknown)");
     auto ts = st->value.FindMember("timestamp");
-    if (ts != st->value.MemberEnd()) {
+    if (check_time && ts != st->value.MemberEnd()) {
       int64_t us = 0;
       if (!ts->value.IsString() ||
           !parse_timestamp(std::string_view(ts->value.GetString(), ts->value.GetStringLength()), us))
@@ -259,14 +385,49 @@ Task TaskRecord::task() const {
 }
 
 Task TaskRecord::a2a_task() const {
-  Task t = task();
-  if (const std::string why = a2a_task_problem(t); !why.empty())
-    throw StoreError(Status::corrupt, "stored task '" + id + "' is not a valid A2A Task: " + why);
+  Task t;
+  if (version == 0) {  // not delivered by a store as sound: every check
+    t = task();
+  } else {
+    if (!problem.empty()) throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + problem);
+    try {
+      t = Task::parse_stored(json);
+    } catch (const InvalidTask &e) {
+      throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + e.what());
+    }
+  }
+  check_served(t.json());
   return t;
 }
 
-std::string a2a_task_problem(const Task &t) {
-  const auto &d = t.json();
+void TaskRecord::check_served(const rapidjson::Value &doc) const {
+  // A record whose JSON names another Task must never be served as this one.
+  const auto it = doc.FindMember("id");
+  const std::string_view json_id(it->value.GetString(), it->value.GetStringLength());  // checked: a string
+  if (json_id != id)
+    throw StoreError(Status::corrupt, "stored task '" + id + "' holds the JSON of task '" + std::string(json_id) + "'");
+  if (const std::string why = a2a_task_problem(doc); !why.empty())
+    throw StoreError(Status::corrupt, "stored task '" + id + "' is not a valid A2A Task: " + why);
+}
+
+void TaskRecord::a2a_task_in_place(rapidjson::Document &doc) {
+  if (version == 0) {
+    const Task t = a2a_task();
+    doc.CopyFrom(t.json(), doc.GetAllocator());
+    return;
+  }
+  if (!problem.empty()) throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + problem);
+  try {
+    Task::parse_stored_json(json, true, doc);
+  } catch (const InvalidTask &e) {
+    throw StoreError(Status::corrupt, "stored task '" + id + "' is unreadable: " + e.what());
+  }
+  check_served(doc);
+}
+
+std::string a2a_task_problem(const Task &t) { return a2a_task_problem(t.json()); }
+
+std::string a2a_task_problem(const rapidjson::Value &d) {
   std::string out;
   auto add = [&](const char *why) { out += (out.empty() ? "" : "; ") + std::string(why); };
   if (!d.IsObject()) return "a Task must be a JSON object";
@@ -383,6 +544,45 @@ bool parse_timestamp(std::string_view text, int64_t &time_us) noexcept {
     if (p + 6 != text.size() || !digits(p + 1, 2) || text[p + 3] != ':' || !digits(p + 4, 2)) return false;
   } else {
     return false;
+  }
+  // Every field in its range (second 60, hour 24 and the like are left to
+  // Poco below, which decides them as it always did): the arithmetic here
+  // gives what Poco gives, without its format-string parser (most of
+  // the cost of a v1.0 view's status timestamp).
+  {
+    const auto num = [&](size_t pos, size_t n) {
+      int v = 0;
+      for (size_t i = pos; i < pos + n; ++i) v = v * 10 + (text[i] - '0');
+      return v;
+    };
+    const int year = num(0, 4), month = num(5, 2), day = num(8, 2);
+    const int hour = num(11, 2), minute = num(14, 2), second = num(17, 2);
+    const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int offset_s = 0;
+    bool offset_ok = true;
+    if (text[p] == '+' || text[p] == '-') {
+      const int oh = num(p + 1, 2), om = num(p + 4, 2);
+      offset_ok = oh <= 23 && om <= 59;
+      offset_s = (text[p] == '-' ? -1 : 1) * (oh * 3600 + om * 60);
+    }
+    if (month >= 1 && month <= 12 && day >= 1 && day <= kDays[month - 1] + (month == 2 && leap ? 1 : 0) &&
+        hour <= 23 && minute <= 59 && second <= 59 && offset_ok) {
+      int64_t micros = 0;  // the first six digits of the fraction, Poco's way
+      if (text[19] == '.') {
+        size_t i = 20;
+        for (int k = 0; k < 6; ++k, ++i) micros = micros * 10 + (i < p ? text[i] - '0' : 0);
+      }
+      // Days from 1970-01-01 to the date, proleptic Gregorian (as Poco): March-based years make February last.
+      const int64_t y = year - (month <= 2 ? 1 : 0);
+      const int64_t era = (y >= 0 ? y : y - 399) / 400;
+      const int64_t yoe = y - era * 400;
+      const int64_t doy = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+      const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+      const int64_t days = era * 146097 + doe - 719468;
+      time_us = ((days * 86400 + hour * 3600 + minute * 60 + second) - offset_s) * 1000000 + micros;
+      return true;
+    }
   }
   try {
     int tzd = 0;

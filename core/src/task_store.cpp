@@ -48,6 +48,7 @@ TaskRecord record_of(const Task &task, const SaveOptions &opts) {
   rec.status_time_us = task.status_time_us();
   rec.owner = opts.owner;
   rec.tenant = opts.tenant;
+  rec.due_us = opts.due_us;
   if (!is_valid_utf8(rec.owner) || !is_valid_utf8(rec.tenant))
     throw InvalidTask("owner and tenant must be valid UTF-8");
   return rec;

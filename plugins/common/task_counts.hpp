@@ -48,7 +48,7 @@ class TaskCounts {
   /// True when count() can answer `q` alone: no time window (a time window
   /// needs the ordered index; see the callers).
   static bool answers(const tnx_list_query &q) noexcept {
-    return (q.filter_flags & (TNX_FILTER_AFTER | TNX_FILTER_BEFORE)) == 0;
+    return (q.filter_flags & (TNX_FILTER_AFTER | TNX_FILTER_BEFORE | TNX_FILTER_DUE_BEFORE)) == 0;
   }
 
   /// The number of Tasks matching the equality filters of `q` (contextId,

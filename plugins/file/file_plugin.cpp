@@ -277,7 +277,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "list and count; compare-and-set holds between processes (file locks)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED | TNX_CAP_DUE_INDEX,
     &toolnexus::sdk::open_trampoline<open_file>,
     nullptr,
     "file:<dir>",

@@ -107,6 +107,8 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   /// reload of the whole index (compaction by another process, a rebuild)
   /// is a gap.
   void watch(tnx_change_sink sink, void *ctx) override;
+  // ABI 1.5: due times are kept in the index records (Index::due).
+  bool keeps_due() const noexcept override { return true; }
   void unwatch() override;
 
   /// How often the feed's thread looks for other processes' records.
@@ -154,6 +156,7 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
     uint64_t version;
     std::string context_id, state, owner, tenant, json;
     std::string problem;  // deliver_corrupt: why the record is unreadable
+    int64_t due_us;       // ABI 1.5: the host's due time (TNX_TIME_NONE: none)
   };
 
   // A decoded cursor. Ids whose plain ListKey cursor would exceed 1024 bytes
@@ -252,6 +255,7 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   struct Staged {
     std::string id, context_id, state, owner, tenant, json;
     int64_t time_us = 0;
+    int64_t due_us = TNX_TIME_NONE;  // ABI 1.5
     uint64_t expected = 0;
     std::string tmp;  // name of the temp file in <dir>
     FileId file;      // its identity (a rename keeps it)
@@ -281,6 +285,10 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
 
   // Where a page after `cursor` starts in the index order (imu_ held).
   std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const;
+  // The entries due before q.due_before_us (ABI 1.5) that come after
+  // `cursor`, in list order (imu_ held): what a due list walks, read from
+  // Index::due alone.
+  std::vector<Index::OKey> due_page_keys(const tnx_list_query &q, const std::optional<Cursor> &cursor) const;
 
   // The cursor of a page whose last record is (time_us, id).
   static std::string encode_cursor(int64_t time_us, const std::string &id);

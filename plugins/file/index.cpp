@@ -57,6 +57,7 @@ void Index::erase(std::string_view key) {
   }
   char *old = it->second.text;
   const size_t old_size = it->second.text_size();
+  if (it->second.due_us != TNX_TIME_NONE) due.erase({it->second.due_us, std::string(key)});
   live_bytes -= record_bytes(it->second);
   entries.erase(it);
   free_text(old, old_size);
@@ -68,6 +69,7 @@ void Index::put(std::string_view key, const EntryView &e) {
   char *text = size == 0 ? nullptr : static_cast<char *>(pool_.allocate(size, 1));
   Slot s;
   s.time_us = e.time_us;
+  s.due_us = e.due_us;
   s.version = e.version;
   s.file = e.file;
   s.text = text;
@@ -88,6 +90,7 @@ void Index::put(std::string_view key, const EntryView &e) {
       if (counts_ready && !it->second.corrupt) count(it->second, -1);
     }
     live_bytes -= record_bytes(it->second);
+    if (it->second.due_us != TNX_TIME_NONE) due.erase({it->second.due_us, std::string(key)});
     // The node's key views the old text: give it the new one.
     auto nh = entries.extract(it);
     free_text(nh.mapped().text, nh.mapped().text_size());
@@ -98,6 +101,7 @@ void Index::put(std::string_view key, const EntryView &e) {
     untomb(key);
   }
   live_bytes += record_bytes(s);
+  if (s.due_us != TNX_TIME_NONE) due.emplace(s.due_us, std::string(key));
   if (!bulk) {
     order.insert(okey(*it, s.time_us));
     if (counts_ready && !s.corrupt) count(s, +1);
@@ -147,6 +151,9 @@ bool Index::apply(uint8_t type, std::string_view payload) {
       e.corrupt = (flags & 1) != 0;
       e.unreadable = (flags & 2) != 0;
       e.problem = r.view();
+      // Since ABI 1.5 the due time follows; older records end before it
+      // (and older readers stop before it).
+      e.due_us = r.left() >= 8 ? r.i64() : TNX_TIME_NONE;
       if (!r.ok() || key.empty()) return false;
       if (e.corrupt) e.time_us = TNX_TIME_NONE;
       put(key, e);
@@ -201,6 +208,7 @@ void Index::task_record(std::string &out, std::string_view key, const EntryView 
       .i64(e.file.mtime_ns)
       .u8(static_cast<uint8_t>((e.corrupt ? 1 : 0) | (e.unreadable ? 2 : 0)))
       .str(e.problem)
+      .i64(e.due_us)
       .frame_into(out);
 }
 

@@ -34,6 +34,9 @@ template <class Str>
 struct EntryFields {
   Str context_id, state, owner, tenant;
   int64_t time_us = TNX_TIME_NONE;
+  /// The host's due time (ABI 1.5 tnx_task_record.due_us), TNX_TIME_NONE
+  /// when none; kept in the index records only (see Index::due).
+  int64_t due_us = TNX_TIME_NONE;
   uint64_t version = 0;
   FileId file;
   bool corrupt = false;
@@ -47,7 +50,7 @@ using EntryView = EntryFields<std::string_view>;
 struct IEntry : EntryFields<std::string> {
   /// Views this entry (valid while it lives unchanged).
   EntryView view() const noexcept {
-    return EntryView{context_id, state, owner, tenant, time_us, version, file, corrupt, unreadable, problem};
+    return EntryView{context_id, state, owner, tenant, time_us, due_us, version, file, corrupt, unreadable, problem};
   }
   /// A copy of `v`.
   static IEntry of(const EntryView &v) {
@@ -57,6 +60,7 @@ struct IEntry : EntryFields<std::string> {
     e.owner.assign(v.owner);
     e.tenant.assign(v.tenant);
     e.time_us = v.time_us;
+    e.due_us = v.due_us;
     e.version = v.version;
     e.file = v.file;
     e.corrupt = v.corrupt;
@@ -95,6 +99,7 @@ struct Index {
   /// heap strings; the map's key views the text's first part.
   struct Slot {
     int64_t time_us = TNX_TIME_NONE;
+    int64_t due_us = TNX_TIME_NONE;
     uint64_t version = 0;
     FileId file;
     char *text = nullptr;
@@ -120,6 +125,7 @@ struct Index {
       v.tenant = next(4);
       v.problem = next(5);
       v.time_us = time_us;
+      v.due_us = due_us;
       v.version = version;
       v.file = file;
       v.corrupt = corrupt;
@@ -200,6 +206,12 @@ struct Index {
   toolnexus::plugins::TaskCounts counts;
   bool counts_ready = false;  // `counts` is built
   std::unordered_map<std::string, uint64_t> tombs;  // last version of each deleted key
+  /// (due time, key) of every entry with one (ABI 1.5), earliest first:
+  /// what a TNX_FILTER_DUE_BEFORE list visits. Kept by put and erase, in
+  /// bulk mode too. Due times live in the index records only: a rebuild
+  /// from the directory (a lost or untrusted index) starts without any,
+  /// which the host's full sweep at start makes good (task_store.h).
+  std::set<std::pair<int64_t, std::string>> due;
   /// The bytes a compacted .tnx-index takes for `entries` and `tombs` (what
   /// compaction compares the file with: estimating 128 bytes an entry made
   /// an index of large entries, or of tombstones, rewrite itself on every
@@ -270,7 +282,7 @@ struct Index {
  private:
   /// What the record of `s` (a task record) or of a tombstone of `key` (a
   /// delete record) takes in .tnx-index: framing 8, type 1, then the fields.
-  static uint64_t record_bytes(const Slot &s) noexcept { return 8 + 1 + 6 * 4 + 5 * 8 + 1 + s.text_size(); }
+  static uint64_t record_bytes(const Slot &s) noexcept { return 8 + 1 + 6 * 4 + 6 * 8 + 1 + s.text_size(); }
   static uint64_t tomb_bytes(std::string_view key) noexcept { return 8 + 1 + 4 + key.size() + 8; }
   /// Keeps `v` as the last version of deleted `key` (the larger one wins).
   void tomb(std::string_view key, uint64_t v) {

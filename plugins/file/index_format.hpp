@@ -30,7 +30,8 @@ inline constexpr uint64_t kIndexFormat = 1;
 /// The type byte of a record; the comments list the payload's fields.
 enum RecType : uint8_t {
   kRecHeader = 1,   // magic, format
-  kRecTask = 2,     // key, contextId, state, owner, tenant, time, version, file id, corrupt, problem
+  kRecTask = 2,     // key, contextId, state, owner, tenant, time, version, file id, corrupt, problem,
+                    // due time (since ABI 1.5; absent in older records)
   kRecDel = 3,      // key, its last version (a tombstone)
   kRecOpen = 4,     // pid
   kRecClose = 5,    // directory stamp, last
@@ -143,6 +144,9 @@ class RecReader {
   }
   /// False once any read overran the payload.
   bool ok() const noexcept { return ok_; }
+  /// Bytes not read yet (a field appended by a later format is read only
+  /// when there are enough).
+  size_t left() const noexcept { return p_.size(); }
 
  private:
   template <class T>

@@ -35,7 +35,9 @@ bool FileStore::get(std::string_view idv, const toolnexus::sdk::RecordOut &out) 
     // The bytes read belong to the version the index names: never old
     // bytes with a newer version.
     if (l && e && !e->corrupt && e->file == l->file) {
-      out(record(*l, e->version, false));
+      tnx_task_record r = record(*l, e->version, false);
+      r.due_us = e->due_us;
+      out(r);
       return true;
     }
     if (ro_) {  // changed behind the index: a version this store has not seen
@@ -92,6 +94,7 @@ uint64_t FileStore::save_valid(const tnx_task_record &rec, const std::string &id
   e.owner = owner;
   e.tenant = tenant;
   e.time_us = rec.status_time_us;
+  e.due_us = toolnexus::sdk::due_of(rec);
   uint64_t version = 0;
   try {
     if (fast && staged != nullptr) {
@@ -165,9 +168,23 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
       std::shared_lock<std::shared_mutex> l(imu_);
       size_t found = 0;
       const Index::OKey *last = nullptr;
-      for (auto it = start_of(cursor); it != index_->order.end(); ++it) {
+      // A due list (ABI 1.5) walks the entries due, in list order, only.
+      const bool due_list = (q.filter_flags & TNX_FILTER_DUE_BEFORE) != 0;
+      std::vector<Index::OKey> due;
+      if (due_list) due = due_page_keys(q, cursor);
+      auto order_it = due_list ? index_->order.end() : start_of(cursor);
+      size_t due_at = 0;
+      for (;;) {
+        const Index::OKey *it = nullptr;
+        if (due_list) {
+          if (due_at == due.size()) break;
+          it = &due[due_at++];
+        } else {
+          if (order_it == index_->order.end()) break;
+          it = &*order_it++;
+        }
         const EntryView e = it->node->second.view();
-        if (!e.corrupt && !toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us))
+        if (!e.corrupt && !toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us))
           continue;
         if (found == limit) {
           more = true;
@@ -191,9 +208,10 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
             r.tenant = toolnexus::sdk::str(e.tenant);
             r.version = e.version;
           }
+          r.due_us = e.due_us;
           if (!out(r)) return std::string();
           ++delivered;
-          last = &*it;
+          last = it;
         } else {
           cands.push_back(Cand{std::string(it->node->first), std::string(it->id), IEntry::of(e)});
         }
@@ -218,7 +236,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           raw = std::string();
         }
         items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
-                             c.e.problem});
+                             c.e.problem, TNX_TIME_NONE});
         continue;
       }
       std::optional<Loaded> l;
@@ -243,7 +261,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           raw = std::string();
         }
         items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
-                             bad->message});
+                             bad->message, TNX_TIME_NONE});
         continue;
       }
       if (!l || l->file != c.e.file || l->fields.id != c.key || l->owner != c.e.owner || l->tenant != c.e.tenant) {
@@ -251,7 +269,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
         continue;
       }
       items.push_back(Item{c.e.time_us, c.shown, c.e.version, c.e.context_id, c.e.state, c.e.owner, c.e.tenant,
-                           std::move(l->json), std::string()});
+                           std::move(l->json), std::string(), c.e.due_us});
     }
     if (!stale.empty() && attempt < 3) {
       for (const std::string &key : stale) reindex(key);
@@ -279,10 +297,11 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           }
         }
         if (!l || !e || e->corrupt || l->fields.id != key) continue;
-        if (!toolnexus::sdk::matches(q, e->context_id, e->state, l->owner, l->tenant, e->time_us)) continue;
+        if (!toolnexus::sdk::matches(q, e->context_id, e->state, l->owner, l->tenant, e->time_us, e->due_us))
+          continue;
         if (cursor && !cursor->long_form && !cursor->key.before(e->time_us, key)) continue;
         items.push_back(Item{e->time_us, key, e->version, e->context_id, e->state, l->owner, l->tenant,
-                             omit ? std::string() : std::move(l->json), std::string()});
+                             omit ? std::string() : std::move(l->json), std::string(), e->due_us});
       }
       std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
         if (a.time_us != b.time_us) return a.time_us > b.time_us;
@@ -301,6 +320,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
       r.task_json = toolnexus::sdk::str(item.json);
       r.version = item.version;
       r.problem = toolnexus::sdk::str(item.problem);
+      r.due_us = item.due_us;
       if (!out(r)) return std::string();
     }
     if (!more) return std::string();
@@ -313,8 +333,36 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
   }
 }
 
+std::vector<Index::OKey> FileStore::due_page_keys(const tnx_list_query &q,
+                                                  const std::optional<Cursor> &cursor) const {
+  std::vector<Index::OKey> keys;
+  for (auto d = index_->due.begin(); d != index_->due.end() && d->first < q.due_before_us; ++d) {
+    auto it = index_->entries.find(std::string_view(d->second));
+    if (it != index_->entries.end()) keys.push_back(Index::okey(*it, it->second.time_us));
+  }
+  const Index::OOrder order;
+  std::sort(keys.begin(), keys.end(), order);
+  if (!cursor) return keys;
+  // As start_of(): after the cursor's (time, id); a long-form cursor (an id
+  // cut short) starts at its prefix again, a repeat rather than a loss.
+  const Index::OKey from{cursor->key.time_us, cursor->key.id, !cursor->long_form, nullptr};
+  auto first = cursor->long_form ? std::lower_bound(keys.begin(), keys.end(), from, order)
+                                 : std::upper_bound(keys.begin(), keys.end(), from, order);
+  keys.erase(keys.begin(), first);
+  return keys;
+}
+
 uint64_t FileStore::count(const tnx_list_query &q) {
   catch_up();
+  if (q.filter_flags & TNX_FILTER_DUE_BEFORE) {
+    std::shared_lock<std::shared_mutex> l(imu_);
+    uint64_t n = 0;
+    for (const Index::OKey &k : due_page_keys(q, std::nullopt)) {
+      const EntryView e = k.node->second.view();
+      if (!e.corrupt && toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us)) ++n;
+    }
+    return n;
+  }
   if (toolnexus::plugins::TaskCounts::answers(q)) {
     for (;;) {
       {

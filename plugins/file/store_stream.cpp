@@ -32,6 +32,7 @@ tnx_task_record FileStore::Staged::record() const {
   r.owner = toolnexus::sdk::str(owner);
   r.tenant = toolnexus::sdk::str(tenant);
   r.task_json = toolnexus::sdk::str(json);
+  r.due_us = due_us;
   return r;
 }
 
@@ -45,6 +46,7 @@ FileStore::Staged FileStore::stage(const tnx_task_record &rec, uint64_t expected
   s.owner.assign(view(rec.owner));
   s.tenant.assign(view(rec.tenant));
   s.time_us = rec.status_time_us;
+  s.due_us = toolnexus::sdk::due_of(rec);
   s.expected = expected;
   Fd fd = create_temp(s.tmp);
   if (fd.get() < 0) {

@@ -7,6 +7,8 @@
 // asked for (then it walks only the window of the ordered index).
 // Change feed (ABI 1.4): every save and delete is reported to the host's
 // sink under the write lock, so an id's versions arrive in order.
+// Due index (ABI 1.5): the records with a due time, ordered by it, so a
+// TNX_FILTER_DUE_BEFORE list visits only the records due.
 // Built against the SDK only.
 #include "toolnexus/plugin.hpp"
 
@@ -14,7 +16,9 @@
 
 #include <climits>
 #include <map>
+#include <algorithm>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <tuple>
@@ -30,6 +34,7 @@ using toolnexus::sdk::quote;
 struct Entry {
   std::string context_id, state, owner, tenant, json;
   int64_t time_us = TNX_TIME_NONE;
+  int64_t due_us = TNX_TIME_NONE;
   uint64_t version = 0;
 };
 
@@ -96,6 +101,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     }
   }
 
+  bool keeps_due() const noexcept override { return true; }
   void watch(tnx_change_sink sink, void *ctx) override { feed_.start(sink, ctx); }
   void unwatch() override {
     if (!feed_.stop()) throw Error(TNX_EINVAL, "unwatch: no change feed runs");
@@ -113,6 +119,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
                                      std::to_string(it->second.version));
     order_.erase({it->second.time_us, id});
     unindex_context(it->second, id);
+    unindex_due(it->second, id);
     const Entry &e = it->second;
     counts_.add(e.context_id, e.state, e.owner, e.tenant, -1);
     const uint64_t had = e.version;
@@ -123,6 +130,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
   uint64_t count(const tnx_list_query &q) override {
     std::shared_lock lock(mu_);
     if (toolnexus::plugins::TaskCounts::answers(q)) return counts_.count(q);
+    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) return static_cast<uint64_t>(due_matches(q).size());
     // A time window: walk that window of the list order only.
     auto it = order_.begin();
     if (q.filter_flags & TNX_FILTER_BEFORE) {
@@ -148,6 +156,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
       if (c == by_context_.end()) return std::string();
       order = &c->second;
     }
+    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) return list_due(q, limit, out);
     auto it = order->begin();
     if (q.cursor.len != 0) {
       ListKey k = ListKey::decode(view(q.cursor));
@@ -170,6 +179,49 @@ class MemoryStore final : public toolnexus::sdk::Store {
   }
 
  private:
+  using Node = std::pair<const std::string, Entry>;
+
+  // Every record due before the query's bound that passes its other
+  // filters, in list order; mu_ held. Visits the due index only.
+  std::vector<const Node *> due_matches(const tnx_list_query &q) const {
+    std::vector<const Node *> v;
+    for (auto it = due_.begin(); it != due_.end() && it->first.first < q.due_before_us; ++it) {
+      const Entry &e = it->second->second;
+      if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us))
+        v.push_back(it->second);
+    }
+    std::sort(v.begin(), v.end(), [](const Node *a, const Node *b) {
+      return ListOrder()({a->second.time_us, a->first}, {b->second.time_us, b->first});
+    });
+    return v;
+  }
+
+  // A page of a due list (see list()): sorts what is due, then pages it
+  // like every list (the cursor is the last (time, id) delivered).
+  std::string list_due(const tnx_list_query &q, uint32_t limit, const toolnexus::sdk::RecordOut &out) const {
+    const std::vector<const Node *> v = due_matches(q);
+    auto it = v.begin();
+    if (q.cursor.len != 0) {
+      ListKey k = ListKey::decode(view(q.cursor));
+      it = std::upper_bound(v.begin(), v.end(), k, [](const ListKey &key, const Node *n) {
+        return key.before(n->second.time_us, n->first);
+      });
+    }
+    uint32_t n = 0;
+    ListKey last;
+    for (; it != v.end(); ++it) {
+      if (n == limit) return last.encode();
+      if (!out(record((*it)->first, (*it)->second, q.omit_json != 0))) return std::string();
+      last = ListKey{(*it)->second.time_us, (*it)->first};
+      ++n;
+    }
+    return std::string();
+  }
+
+  void unindex_due(const Entry &e, const std::string &id) {
+    if (e.due_us != TNX_TIME_NONE) due_.erase({e.due_us, id});
+  }
+
   // Stores `rec` under `id` (`it`: its entry or end()), with the mutex held
   // exclusively; returns the new version.
   uint64_t apply(std::string id, std::unordered_map<std::string, Entry>::iterator it, const tnx_task_record &rec) {
@@ -178,6 +230,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     } else {
       order_.erase({it->second.time_us, id});
       unindex_context(it->second, id);
+      unindex_due(it->second, id);
     }
     Entry &e = it->second;
     const std::string_view ctx = view(rec.context_id), state = view(rec.state), owner = view(rec.owner),
@@ -193,6 +246,8 @@ class MemoryStore final : public toolnexus::sdk::Store {
     e.tenant.assign(tenant);
     e.json.assign(view(rec.task_json));
     e.time_us = rec.status_time_us;
+    e.due_us = toolnexus::sdk::due_of(rec);
+    if (e.due_us != TNX_TIME_NONE) due_.emplace(std::make_pair(e.due_us, id), &*it);
     // One counter for the whole store: a deleted and re-created id never
     // gets back a version it had (the ABI's version rule).
     e.version = ++last_version_;
@@ -219,6 +274,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
     r.tenant = toolnexus::sdk::str(e.tenant);
     if (!omit_json) r.task_json = toolnexus::sdk::str(e.json);
     r.version = e.version;
+    r.due_us = e.due_us;
     return r;
   }
 
@@ -234,6 +290,8 @@ class MemoryStore final : public toolnexus::sdk::Store {
   Order order_;
   // The same order per contextId, for lists filtered by it.
   std::unordered_map<std::string, Order> by_context_;
+  // (due time, id) of every record with one, earliest first (ABI 1.5).
+  std::map<std::pair<int64_t, std::string>, const Node *> due_;
 };
 
 // TNX_OPEN_READ_ONLY: a memory location always "exists" (empty), so a
@@ -253,7 +311,8 @@ const tnx_plugin_descriptor kDescriptor = {
     "0.1.0",
     "In-process store: fast, thread-safe, gone when the process exits",
     kSchemes,
-    TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_CHANGE_FEED,
+    TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_CHANGE_FEED |
+        TNX_CAP_DUE_INDEX,
     &toolnexus::sdk::open_trampoline<open_memory>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "memory",

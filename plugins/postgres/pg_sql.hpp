@@ -48,7 +48,9 @@ enum ListFilter : uint32_t {
   kByTenant = 1u << 3,
   kAfter = 1u << 4,
   kBefore = 1u << 5,
-  kAllFilters = (1u << 6) - 1,
+  /// ABI 1.5 TNX_FILTER_DUE_BEFORE: due_us set and before the parameter.
+  kDueBefore = 1u << 6,
+  kAllFilters = (1u << 7) - 1,
 };
 
 /// `name` as a double-quoted SQL identifier (doubling any '"').
@@ -78,6 +80,32 @@ class Sql {
 
   /// ANALYZE of the task table (fresh planner statistics).
   std::string analyze() const { return "ANALYZE " + t_; }
+
+  /// The due index (ABI 1.5), an addition to schema 3 made at a read-write
+  /// open (no version bump: an older plugin names its columns, so it
+  /// ignores the column): a nullable bigint due_us (NULL = nothing due) and
+  /// a partial index on the rows that have one, so that a due list reads
+  /// only what is due. ADD COLUMN of a column without a default rewrites no
+  /// row. Run only when due_probe() says either is missing, under the
+  /// schema lock (plain ADD COLUMN: IF NOT EXISTS needs server 9.6).
+  std::vector<std::string> create_due(bool add_column) const {
+    std::vector<std::string> v;
+    if (add_column) v.push_back("ALTER TABLE " + t_ + " ADD COLUMN due_us bigint");
+    v.push_back("CREATE INDEX IF NOT EXISTS " + quote_ident(due_index()) + " ON " + t_ +
+                " (due_us) WHERE due_us IS NOT NULL");
+    return v;
+  }
+
+  /// Name of the due index.
+  std::string due_index() const { return table_ + "_by_due"; }
+
+  /// Whether the due column and its index exist: one row, two bigints (0 or
+  /// 1 each). $1 = the quoted table name, $2 = the quoted due_index().
+  static std::string due_probe() {
+    return "SELECT (SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1)"
+           " AND attname = 'due_us' AND NOT attisdropped), (SELECT count(*) FROM pg_catalog.pg_class"
+           " WHERE oid = to_regclass($2))";
+  }
 
   /// CREATE TABLE IF NOT EXISTS of the version table (idempotent).
   static std::string create_meta() {
@@ -253,12 +281,12 @@ class Sql {
   /// count (ABI 1.3): `filters` (ListFilter bits) with their parameters in
   /// bit order as list(). Only owner/tenant/state equality (what the A2A
   /// server asks): a sum over the counters (`counters`: the table is at
-  /// schema 3). Otherwise (a contextId or a time window) an index count of
-  /// the live rows matching, O(matches). One row, one bigint.
+  /// schema 3). Otherwise (a contextId, a time window or a due time) an
+  /// index count of the live rows matching, O(matches). One row, one bigint.
   std::string count(uint32_t filters, bool counters) const {
     int n = 0;
     auto p = [&n] { return "$" + std::to_string(++n); };
-    if (counters && (filters & (kByContext | kAfter | kBefore)) == 0) {
+    if (counters && (filters & (kByContext | kAfter | kBefore | kDueBefore)) == 0) {
       std::string s = "SELECT coalesce(sum(n), 0)::bigint FROM " + quote_ident(table_ + "$counts") + " WHERE true";
       if (filters & kByState) s += " AND state = " + p();
       if (filters & kByOwner) s += " AND owner = " + p();
@@ -272,6 +300,7 @@ class Sql {
     if (filters & kByTenant) s += " AND tenant = " + p();
     if (filters & kAfter) s += " AND status_time_us > " + p();
     if (filters & kBefore) s += " AND status_time_us < " + p();
+    if (filters & kDueBefore) s += " AND due_us IS NOT NULL AND due_us < " + p();
     return s;
   }
 
@@ -314,45 +343,52 @@ class Sql {
     return v;
   }
 
+  /// The statements below take `due`: the table has the due column (every
+  /// read-write open adds it; see create_due). Without it they are those
+  /// of ABI 1.4.
+
   /// get: $1 id. One row (id, context_id, state, status_time_us, owner,
-  /// tenant, task_json, version) or none.
-  std::string get() const {
-    return "SELECT " + std::string(kColumns) + " FROM " + t_ + " WHERE id = $1 AND NOT deleted";
+  /// tenant, task_json, version, and with `due` due_us) or none.
+  std::string get(bool due = true) const {
+    return "SELECT " + std::string(kColumns) + (due ? ", due_us" : "") + " FROM " + t_ +
+           " WHERE id = $1 AND NOT deleted";
   }
 
   /// Unconditional save (TNX_VERSION_ANY): $1 id, $2 context_id, $3 state,
-  /// $4 status_time_us, $5 owner, $6 tenant, $7 task_json. Inserts version 1
-  /// or bumps the stored (possibly deleted) row's version. Returns the new
-  /// version.
-  std::string save_any() const { return upsert(false); }
+  /// $4 status_time_us, $5 owner, $6 tenant, $7 task_json, with `due` $8
+  /// due_us (NULL: nothing due). Inserts version 1 or bumps the stored
+  /// (possibly deleted) row's version. Returns the new version.
+  std::string save_any(bool due = true) const { return upsert(false, due); }
 
   /// Create-only save (TNX_VERSION_NONE): parameters as save_any. Returns the
   /// new version, or no row when a live Task with that id exists (conflict).
   /// A deleted row is revived with its version + 1.
-  std::string save_none() const { return upsert(true); }
+  std::string save_none(bool due = true) const { return upsert(true, due); }
 
-  /// Compare-and-set save: parameters as save_any plus $8 the expected
-  /// version. One row: (new version or NULL, stored version or NULL as of the
-  /// statement's snapshot, for the conflict message).
-  std::string save_cas() const {
+  /// Compare-and-set save: parameters as save_any plus the expected version
+  /// ($9, or $8 without `due`). One row: (new version or NULL, stored
+  /// version or NULL as of the statement's snapshot, for the conflict
+  /// message).
+  std::string save_cas(bool due = true) const {
     return "WITH u AS (UPDATE " + t_ +
            " SET context_id = $2, state = $3, status_time_us = $4, owner = $5, tenant = $6,"
-           " task_json = $7, version = version + 1"
-           " WHERE id = $1 AND version = $8 AND NOT deleted RETURNING version)"
+           " task_json = $7, version = version + 1" +
+           (due ? ", due_us = $8 WHERE id = $1 AND version = $9" : " WHERE id = $1 AND version = $8") +
+           " AND NOT deleted RETURNING version)"
            " SELECT (SELECT version FROM u), (SELECT version FROM " +
            t_ + " WHERE id = $1 AND NOT deleted)";
   }
 
   /// Unconditional delete: $1 id. Returns the deleted version, or no row when
   /// there is no live Task (not found).
-  std::string del_any() const {
-    return "UPDATE " + t_ + " SET " + kEmptied + " WHERE id = $1 AND NOT deleted RETURNING version";
+  std::string del_any(bool due = true) const {
+    return "UPDATE " + t_ + " SET " + emptied(due) + " WHERE id = $1 AND NOT deleted RETURNING version";
   }
 
   /// Compare-and-set delete: $1 id, $2 expected version. One row: (deleted
   /// version or NULL, stored version or NULL).
-  std::string del_cas() const {
-    return "WITH d AS (UPDATE " + t_ + " SET " + kEmptied +
+  std::string del_cas(bool due = true) const {
+    return "WITH d AS (UPDATE " + t_ + " SET " + emptied(due) +
            " WHERE id = $1 AND version = $2 AND NOT deleted RETURNING version)"
            " SELECT (SELECT version FROM d), (SELECT version FROM " +
            t_ + " WHERE id = $1 AND NOT deleted)";
@@ -360,15 +396,18 @@ class Sql {
 
   /// One list page. `filters` (ListFilter bits) choose the predicates; their
   /// parameters come first, in bit order (context_id, state, owner, tenant
-  /// text; after_us, before_us bigint), then with `cursor` the cursor's
-  /// status_time_us (bigint) and id (text), then the row limit (bigint).
-  /// Keyset pagination: "after the cursor" in the order (time DESC, id ASC)
-  /// is time < t OR (time = t AND id > i), written with a leading
-  /// time <= t so that the index range starts at the cursor.
-  std::string list(uint32_t filters, bool cursor, bool omit_json) const {
+  /// text; after_us, before_us, due_before_us bigint), then with `cursor`
+  /// the cursor's status_time_us (bigint) and id (text), then the row limit
+  /// (bigint). Columns as get(due). Keyset pagination: "after the cursor"
+  /// in the order (time DESC, id ASC) is time < t OR (time = t AND id > i),
+  /// written with a leading time <= t so that the index range starts at the
+  /// cursor. A due list reads the due index (the rows due only) and sorts
+  /// them.
+  std::string list(uint32_t filters, bool cursor, bool omit_json, bool due = true) const {
     std::string s = "SELECT id, context_id, state, status_time_us, owner, tenant, ";
     s += omit_json ? "''::text" : "task_json";
-    s += ", version FROM " + t_ + " WHERE NOT deleted";
+    s += due ? ", version, due_us FROM " : ", version FROM ";
+    s += t_ + " WHERE NOT deleted";
     int n = 0;
     auto p = [&n] { return "$" + std::to_string(++n); };
     if (filters & kByContext) s += " AND context_id = " + p();
@@ -377,6 +416,7 @@ class Sql {
     if (filters & kByTenant) s += " AND tenant = " + p();
     if (filters & kAfter) s += " AND status_time_us > " + p();
     if (filters & kBefore) s += " AND status_time_us < " + p();
+    if (filters & kDueBefore) s += " AND due_us IS NOT NULL AND due_us < " + p();
     if (cursor) {
       std::string t = p(), i = p();
       s += " AND status_time_us <= " + t + " AND (status_time_us < " + t + " OR id > " + i + ")";
@@ -388,7 +428,7 @@ class Sql {
   /// Number of parameters of list(filters, cursor, ...).
   static int list_param_count(uint32_t filters, bool cursor) {
     int n = 1;  // limit
-    for (uint32_t b = 1; b <= kBefore; b <<= 1)
+    for (uint32_t b = 1; b <= kDueBefore; b <<= 1)
       if (filters & b) ++n;
     return cursor ? n + 2 : n;
   }
@@ -397,19 +437,22 @@ class Sql {
   static constexpr const char *kColumns =
       "id, context_id, state, status_time_us, owner, tenant, task_json, version";
   static constexpr const char *kTimeNone = "'-9223372036854775808'::bigint";
-  static constexpr const char *kEmptied =
-      "deleted = true, task_json = '', context_id = '', state = '', owner = '', tenant = '',"
-      " status_time_us = '-9223372036854775808'::bigint";
+  static std::string emptied(bool due) {
+    return std::string("deleted = true, task_json = '', context_id = '', state = '', owner = '', tenant = '',"
+                       " status_time_us = '-9223372036854775808'::bigint") +
+           (due ? ", due_us = NULL" : "");
+  }
 
-  std::string upsert(bool only_if_deleted) const {
-    return "INSERT INTO " + t_ +
-           " AS x (id, context_id, state, status_time_us, owner, tenant, task_json, version)"
-           " VALUES ($1, $2, $3, $4, $5, $6, $7, 1) ON CONFLICT (id) DO UPDATE SET"
+  std::string upsert(bool only_if_deleted, bool due) const {
+    return "INSERT INTO " + t_ + " AS x (id, context_id, state, status_time_us, owner, tenant, task_json, version" +
+           (due ? ", due_us) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8)" : ") VALUES ($1, $2, $3, $4, $5, $6, $7, 1)") +
+           " ON CONFLICT (id) DO UPDATE SET"
            " context_id = EXCLUDED.context_id, state = EXCLUDED.state,"
            " status_time_us = EXCLUDED.status_time_us, owner = EXCLUDED.owner,"
            " tenant = EXCLUDED.tenant, task_json = EXCLUDED.task_json,"
            " version = x.version + 1, deleted = false" +
-           std::string(only_if_deleted ? " WHERE x.deleted" : "") + " RETURNING version";
+           (due ? ", due_us = EXCLUDED.due_us" : "") + (only_if_deleted ? " WHERE x.deleted" : "") +
+           " RETURNING version";
   }
 
   std::vector<std::string> v2_indexes() const {

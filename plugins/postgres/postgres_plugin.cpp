@@ -99,6 +99,18 @@
 //   Change feed (an addition to version 3, no version bump): the row
 //     trigger "<table>$notify", created by a read-write open when missing
 //     (see "Change feed" below).
+//   Due index (ABI 1.5, an addition to version 3, no version bump): column
+//     due_us bigint (NULL = nothing due; set by every save, NULL on delete)
+//     and the partial index "<table>_by_due" (due_us) WHERE due_us IS NOT
+//     NULL, added by a read-write open when missing (pg::Sql::create_due),
+//     so a TNX_FILTER_DUE_BEFORE list or count reads the rows due only and
+//     sorts those. An older plugin names its columns in every statement:
+//     its inserts leave due_us NULL (not due), its updates leave it as it
+//     was (the Task may be listed as due once more than needed, never
+//     missed by a host that saves due times through this plugin). A table
+//     without them (opened read-only before any read-write open added
+//     them, or by a role that may not alter it) is used as it is, without
+//     TNX_CAP_DUE_INDEX (a due list is refused as unsupported).
 //   History: 1 = first release (NULL status_time_us for "no timestamp",
 //   filter columns in the database collation, one index, no soft delete),
 //   migrated in place to 2 (pg_sql.hpp migrate_v1_to_v2); 2 = 3 without the
@@ -223,7 +235,8 @@ using toolnexus::sdk::view;
 
 static_assert(TNX_FILTER_CONTEXT_ID == pg::kByContext && TNX_FILTER_STATE == pg::kByState &&
                   TNX_FILTER_OWNER == pg::kByOwner && TNX_FILTER_TENANT == pg::kByTenant &&
-                  TNX_FILTER_AFTER == pg::kAfter && TNX_FILTER_BEFORE == pg::kBefore,
+                  TNX_FILTER_AFTER == pg::kAfter && TNX_FILTER_BEFORE == pg::kBefore &&
+                  TNX_FILTER_DUE_BEFORE == pg::kDueBefore,
               "pg_sql.hpp filter bits must equal the ABI's");
 
 /// libpq keywords of every connection (the pool's and the change feed's
@@ -473,6 +486,12 @@ class Params {
     lengths_.push_back(8);
     types_.push_back(kInt8Oid);
   }
+  /// A bigint parameter that is NULL.
+  void null_int8() {
+    values_.push_back(nullptr);
+    lengths_.push_back(0);
+    types_.push_back(kInt8Oid);
+  }
   int count() const { return static_cast<int>(values_.size()); }
   const char *const *values() const { return values_.data(); }
   const int *lengths() const { return lengths_.data(); }
@@ -560,12 +579,6 @@ class PgStore final : public toolnexus::sdk::Store {
         target_(std::move(target)),
         secrets_(std::move(secrets)),
         sql_(opt_.table) {
-    stmt_sql_[kGet] = sql_.get();
-    stmt_sql_[kSaveAny] = sql_.save_any();
-    stmt_sql_[kSaveNone] = sql_.save_none();
-    stmt_sql_[kSaveCas] = sql_.save_cas();
-    stmt_sql_[kDelAny] = sql_.del_any();
-    stmt_sql_[kDelCas] = sql_.del_cas();
     timeout_ms_ = opt_.statement_timeout_ms == 0 ? 0 : static_cast<int>(opt_.statement_timeout_ms) + kClientGraceMs;
     conn_values_ = kConnValues;
     conn_values_[kConnUriSlot] = uri_.c_str();
@@ -586,6 +599,23 @@ class PgStore final : public toolnexus::sdk::Store {
   /// TNX_ECORRUPT (a foreign table of that name), TNX_EIO.
   void check_schema();
 
+  /// At open, in the schema transaction on `c` (`create`) or read-only:
+  /// finds whether the table has the due column and index, adding them
+  /// when missing and `create` (pg::Sql::create_due); sets has_due_. A role
+  /// that may not alter the table leaves the store without the due index
+  /// (TNX_CAP_DUE_INDEX cleared). Other failures throw Error.
+  void setup_due(Conn &c, const std::string &what, bool create);
+
+  /// The fixed statements' SQL, for the schema found at open (has_due_).
+  void build_statements() {
+    stmt_sql_[kGet] = sql_.get(has_due_);
+    stmt_sql_[kSaveAny] = sql_.save_any(has_due_);
+    stmt_sql_[kSaveNone] = sql_.save_none(has_due_);
+    stmt_sql_[kSaveCas] = sql_.save_cas(has_due_);
+    stmt_sql_[kDelAny] = sql_.del_any(has_due_);
+    stmt_sql_[kDelCas] = sql_.del_cas(has_due_);
+  }
+
   /// At open, in the schema transaction on `c`: makes sure the change
   /// feed's row trigger exists (pg::Sql::create_notify) and reads the
   /// table's NOTIFY channel. A trigger that cannot be created leaves the
@@ -595,6 +625,11 @@ class PgStore final : public toolnexus::sdk::Store {
   /// Why the store has no change feed ("" when it has one); set by
   /// setup_schema.
   const std::string &feed_refused() const { return feed_refused_; }
+
+  /// ABI 1.5: the table has the due column and its index (pg::Sql::create_due;
+  /// added by every read-write open whose role may alter the table). Set at
+  /// open, then read only.
+  bool keeps_due() const noexcept override { return has_due_; }
 
   bool get(std::string_view id, const RecordOut &out) override {
     const std::string what = "get of task " + quote(id);
@@ -776,17 +811,18 @@ class PgStore final : public toolnexus::sdk::Store {
     if (filters & pg::kByTenant) p.text(view(q.tenant));
     if (filters & pg::kAfter) p.int8(q.after_us);
     if (filters & pg::kBefore) p.int8(q.before_us);
+    if (filters & pg::kDueBefore) p.int8(q.due_before_us);
     if (has_cursor) {
       p.int8(key.time_us);
       p.text(key.id);
     }
     p.int8(static_cast<int64_t>(limit) + 1);
     // Shape of the statement: filter bits, then cursor and omit_json.
-    const uint32_t shape = filters | (has_cursor ? 1u << 6 : 0u) | (omit ? 1u << 7 : 0u);
+    const uint32_t shape = filters | (has_cursor ? 1u << 7 : 0u) | (omit ? 1u << 8 : 0u);
     Result r = with_conn(true, [&](Conn &c) {
       const std::string name = "tnx_list_" + std::to_string(shape);
       if (c.lists.count(shape) == 0) {
-        prepare(c, name.c_str(), sql_.list(filters, has_cursor, omit), p, "list");
+        prepare(c, name.c_str(), sql_.list(filters, has_cursor, omit, has_due_), p, "list");
         c.lists.insert(shape);
       }
       return exec_prepared(c, name.c_str(), p, "list");
@@ -822,7 +858,8 @@ class PgStore final : public toolnexus::sdk::Store {
       throw Error(TNX_EUNSUPPORTED,
                   "count: unknown filter_flags bits " + std::to_string(q.filter_flags & ~pg::kAllFilters));
     const uint32_t filters = q.filter_flags;
-    const bool counters = have_counts_ && (filters & (pg::kByContext | pg::kAfter | pg::kBefore)) == 0;
+    const bool counters =
+        have_counts_ && (filters & (pg::kByContext | pg::kAfter | pg::kBefore | pg::kDueBefore)) == 0;
     Params p;
     if (filters & pg::kByContext) p.text(view(q.context_id));
     if (filters & pg::kByState) p.text(view(q.state));
@@ -830,9 +867,10 @@ class PgStore final : public toolnexus::sdk::Store {
     if (filters & pg::kByTenant) p.text(view(q.tenant));
     if (filters & pg::kAfter) p.int8(q.after_us);
     if (filters & pg::kBefore) p.int8(q.before_us);
+    if (filters & pg::kDueBefore) p.int8(q.due_before_us);
     // Count shapes share the connection's set of prepared list shapes,
-    // above the 8 bits list uses.
-    const uint32_t shape = (1u << 8) | filters;
+    // above the 9 bits list uses.
+    const uint32_t shape = (1u << 9) | filters;
     Result r = with_conn(true, [&](Conn &c) {
       const std::string name = "tnx_count_" + std::to_string(filters);
       if (c.lists.count(shape) == 0) {
@@ -913,6 +951,11 @@ class PgStore final : public toolnexus::sdk::Store {
     p.text(view(rec.owner));
     p.text(view(rec.tenant));
     p.text(view(rec.task_json));
+    if (has_due_) {
+      const int64_t due = toolnexus::sdk::due_of(rec);
+      if (due == TNX_TIME_NONE) p.null_int8();  // nothing due
+      else p.int8(due);
+    }
     if (expected == TNX_VERSION_ANY || expected == TNX_VERSION_NONE) {
       Stmt s = expected == TNX_VERSION_ANY ? kSaveAny : kSaveNone;
       Result r = exec_stmt(s, p, what);
@@ -1231,13 +1274,23 @@ class PgStore final : public toolnexus::sdk::Store {
     return "but there is no such task";
   }
 
+  /// Columns of a get or list row: 8, and due_us with the due column.
+  int row_fields() const noexcept { return has_due_ ? 9 : 8; }
+
+  /// The due time of a row (column 8; NULL or no such column: none).
+  int64_t row_due(const PGresult *r, int row) const {
+    int64_t due = TNX_TIME_NONE;
+    if (has_due_ && PQnfields(r) == 9 && !read_int(r, row, 8, due)) due = TNX_TIME_NONE;
+    return due;
+  }
+
   /// A row of (id, context_id, state, status_time_us, owner, tenant,
-  /// task_json, version) as a record borrowing the result's memory.
+  /// task_json, version[, due_us]) as a record borrowing the result's memory.
   tnx_task_record row_record(const PGresult *r, int row, const std::string &what) const {
     tnx_task_record rec{};
     rec.header = tnx_header(sizeof rec);
     int64_t v = 0;
-    bool ok = PQnfields(r) == 8 && read_text(r, row, 0, rec.id) && read_text(r, row, 1, rec.context_id) &&
+    bool ok = PQnfields(r) == row_fields() && read_text(r, row, 0, rec.id) && read_text(r, row, 1, rec.context_id) &&
               read_text(r, row, 2, rec.state) && read_int(r, row, 3, rec.status_time_us) &&
               read_text(r, row, 4, rec.owner) && read_text(r, row, 5, rec.tenant) &&
               read_text(r, row, 6, rec.task_json) && read_int(r, row, 7, v) && v >= 1 && rec.id.len != 0;
@@ -1245,21 +1298,24 @@ class PgStore final : public toolnexus::sdk::Store {
       throw Error(TNX_ECORRUPT, what + ": row " + std::to_string(row) + " of table " + opt_.table + " in " +
                                     target_ + " does not decode");
     rec.version = static_cast<uint64_t>(v);
+    rec.due_us = row_due(r, row);
     return rec;
   }
 
   /// A row that does not decode, as ABI 1.1 deliver_corrupt wants it: its
   /// id (or "<table> row <n>" when even that is unreadable), no state or
-  /// context, TNX_TIME_NONE, version 0, the raw task_json bytes if any.
+  /// context, TNX_TIME_NONE, version 0, the raw task_json bytes if any, its
+  /// due time (which the due filter already passed).
   tnx_task_record corrupt_record(const PGresult *r, int row) {
     tnx_task_record rec{};
     rec.header = tnx_header(sizeof rec);
     rec.status_time_us = TNX_TIME_NONE;
-    if (PQnfields(r) != 8 || !read_text(r, row, 0, rec.id) || rec.id.len == 0) {
+    if (PQnfields(r) != row_fields() || !read_text(r, row, 0, rec.id) || rec.id.len == 0) {
       corrupt_name_ = opt_.table + " row " + std::to_string(row);
       rec.id = toolnexus::sdk::str(corrupt_name_);
     }
-    if (PQnfields(r) == 8) read_text(r, row, 6, rec.task_json);
+    if (PQnfields(r) == row_fields()) read_text(r, row, 6, rec.task_json);
+    rec.due_us = row_due(r, row);
     return rec;
   }
 
@@ -1267,6 +1323,8 @@ class PgStore final : public toolnexus::sdk::Store {
   /// The table is at schema 3 (has the counters); false for a schema 2
   /// table opened read-only. Set at open, then read only.
   bool have_counts_ = true;
+  /// See keeps_due(). Set at open (before build_statements), then read only.
+  bool has_due_ = false;
   const std::string uri_;     // for libpq; may contain a password: never shown
   const std::string target_;  // "postgresql://user@host:port/db table t", for messages
   const Secrets secrets_;
@@ -1344,6 +1402,8 @@ void PgStore::check_schema() {
                     std::to_string(pg::kSchemaVersion) +
                     (version < pg::kSchemaVersion ? " (open it read-write once to migrate it)"
                                                   : ": upgrade the toolnexus postgres plugin"));
+  setup_due(c, what, false);
+  build_statements();
 }
 
 void PgStore::setup_schema() {
@@ -1394,6 +1454,7 @@ void PgStore::setup_schema() {
                    ") ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, updated_at = now()",
                up, what, 0);
     }
+    setup_due(c, what, true);
     setup_notify(c, what);
     sql("COMMIT", timeout_ms_);
   } catch (...) {
@@ -1401,6 +1462,46 @@ void PgStore::setup_schema() {
     drop(c, false);
     throw;
   }
+  build_statements();
+}
+
+void PgStore::setup_due(Conn &c, const std::string &what, bool create) {
+  const std::string quoted = pg::quote_ident(opt_.table), index = pg::quote_ident(sql_.due_index());
+  Params p;  // borrows the strings above
+  p.text(quoted);
+  p.text(index);
+  auto probe = [&](int64_t &column, int64_t &has_index) {
+    Result r = exec_sql(c, pg::Sql::due_probe(), p, what, timeout_ms_);
+    column = has_index = 0;
+    read_int(r.get(), 0, 0, column);
+    read_int(r.get(), 0, 1, has_index);
+  };
+  int64_t column = 0, has_index = 0;
+  probe(column, has_index);
+  if (create && (column == 0 || has_index == 0)) {
+    // Like the change feed's trigger: a role that may write the table but
+    // not alter it still opens it, without the due index.
+    const Params none;
+    exec_sql(c, "SAVEPOINT tnx_due", none, what, timeout_ms_);
+    try {
+      // The index reads the whole table once (a big one may take longer
+      // than a statement may); ALTER TABLE waits for every running
+      // statement on the table and holds off new ones meanwhile, so that
+      // wait is bounded by tnx_statement_timeout_ms (past it the store
+      // opens without the due index; the next open tries again).
+      exec_sql(c, "SET LOCAL statement_timeout = 0", none, what, timeout_ms_);
+      if (opt_.statement_timeout_ms != 0)
+        exec_sql(c, "SET LOCAL lock_timeout = " + std::to_string(opt_.statement_timeout_ms), none, what, timeout_ms_);
+      for (const std::string &s : sql_.create_due(column == 0)) exec_sql(c, s, none, what, 0);
+      probe(column, has_index);
+    } catch (const ConnectionLost &) {
+      throw;
+    } catch (const Error &) {
+      exec_sql(c, "ROLLBACK TO SAVEPOINT tnx_due", none, what, timeout_ms_);
+      probe(column, has_index);
+    }
+  }
+  has_due_ = column != 0 && has_index != 0;
 }
 
 void PgStore::setup_notify(Conn &c, const std::string &what) {
@@ -1478,6 +1579,7 @@ toolnexus::sdk::Store *open_postgres(const tnx_open_args &args) {
     store->setup_schema();
     if (!store->feed_refused().empty()) toolnexus::sdk::clear_capabilities(args, TNX_CAP_CHANGE_FEED);
   }
+  if (!store->keeps_due()) toolnexus::sdk::clear_capabilities(args, TNX_CAP_DUE_INDEX);
   return store.release();
 }
 
@@ -1490,7 +1592,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "PostgreSQL store (libpq): durable, shared by processes, compare-and-set on a version column",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED | TNX_CAP_DUE_INDEX,
     &toolnexus::sdk::open_trampoline<open_postgres>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "postgresql://[user[:password]@]host[:port]/dbname[?libpq-param=value&...]"

@@ -88,12 +88,27 @@
 //     owner          TEXT NOT NULL DEFAULT '',
 //     tenant         TEXT NOT NULL DEFAULT '',
 //     version        INTEGER NOT NULL CHECK (version >= 1),
-//     task_json      TEXT NOT NULL);             -- exactly the saved bytes
+//     task_json      TEXT NOT NULL,              -- exactly the saved bytes
+//     due_us         INTEGER);                   -- ABI 1.5, NULL = nothing due
 //   Indexes, each ending in the list order (status_time_us DESC, id):
 //     tnx_tasks_by_time    (status_time_us DESC, id)
 //     tnx_tasks_by_context (context_id, status_time_us DESC, id)
 //     tnx_tasks_by_state   (state, ...), tnx_tasks_by_owner (owner, ...),
 //     tnx_tasks_by_tenant  (tenant, ...)
+//   and the due index (ABI 1.5): tnx_tasks_by_due (due_us) WHERE due_us IS NOT NULL
+//     the rows with a due time only: a TNX_FILTER_DUE_BEFORE list or count
+//     reads the index range of what is due, then sorts those rows into the
+//     list order (cost grows with the Tasks due, not with those stored).
+//     Column and index are added (ALTER TABLE ADD COLUMN, which rewrites no
+//     row, and CREATE INDEX) in one transaction by any read-write open that
+//     finds them missing, without a user_version change: an older plugin
+//     names its columns in every statement, so it ignores due_us. Its
+//     INSERT leaves due_us NULL (not due); its UPDATE leaves due_us as it
+//     was, so a Task it re-saves may be listed as due when it is not (the
+//     host re-reads it and finds nothing to do; never the other way round:
+//     a host that sets due times re-saves through a plugin that keeps
+//     them). A database opened read-only without them is read as it is,
+//     without TNX_CAP_DUE_INDEX (a due list is refused as unsupported).
 //   CREATE TABLE tnx_tombstones (id TEXT PRIMARY KEY, version INTEGER) WITHOUT ROWID
 //     filled by trigger tnx_tasks_tombstone AFTER DELETE ON tnx_tasks: the
 //     last version of a deleted id, so that a re-created id continues its
@@ -515,11 +530,29 @@ constexpr const char *kMigrate1To2Sql =
     "DROP TABLE tnx_tasks;\n"
     "ALTER TABLE tnx_tasks_v2 RENAME TO tnx_tasks;\n";
 
+/// The due index (ABI 1.5; see the schema comment): added to a database
+/// that lacks it by a read-write open, in one transaction.
+constexpr const char *kDueIndexSql =
+    "ALTER TABLE tnx_tasks ADD COLUMN due_us INTEGER;\n"
+    "CREATE INDEX tnx_tasks_by_due ON tnx_tasks (due_us) WHERE due_us IS NOT NULL;\n";
+
+/// 2 when the database has the due column and its index, else less.
+constexpr const char *kDueProbeSql =
+    "SELECT (SELECT count(*) FROM pragma_table_info('tnx_tasks') WHERE name = 'due_us')"
+    " + (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'tnx_tasks_by_due')";
+
 /// Columns every read delivers, in tnx_task_record order.
 #define TNX_SQLITE_COLUMNS "id, context_id, state, status_time_us, owner, tenant, version"
 
-constexpr const char *kGetSql =
-    "SELECT " TNX_SQLITE_COLUMNS ", task_json FROM tnx_tasks WHERE id = ?1";
+/// The due column of a read (column 9: after task_json and rowid), or NULL
+/// for a database without it (opened read-only).
+const char *due_column(bool due) { return due ? "due_us" : "NULL"; }
+
+/// The get statement: columns as list_sql's (rowid unused).
+std::string get_sql(bool due) {
+  return std::string("SELECT " TNX_SQLITE_COLUMNS ", task_json, rowid, ") + due_column(due) +
+         " FROM tnx_tasks WHERE id = ?1";
+}
 
 // The write path deliberately avoids RETURNING: SQLite runs it through an
 // ephemeral table, which cost ~30% more CPU per save than the statement
@@ -532,23 +565,27 @@ constexpr const char *kLookupSql =
     "SELECT (SELECT version FROM tnx_tasks WHERE id = ?1),"
     " (SELECT version FROM tnx_tombstones WHERE id = ?1)";
 
-/// A new id, with the version the caller computed (?8).
+/// A new id, with the version the caller computed (?8) and the due time
+/// (?9, NULL for none).
 constexpr const char *kInsertSql =
     "INSERT INTO tnx_tasks (id, context_id, state, status_time_us, owner, tenant, version,"
-    " task_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7)";
+    " task_json, due_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?9)";
 
-/// A stored id, with the version the caller computed (?8).
+/// A stored id, with the version the caller computed (?8) and the due time
+/// (?9, NULL for none).
 constexpr const char *kUpdateSql =
     "UPDATE tnx_tasks SET context_id = ?2, state = ?3, status_time_us = ?4, owner = ?5,"
-    " tenant = ?6, version = ?8, task_json = ?7 WHERE id = ?1";
+    " tenant = ?6, version = ?8, task_json = ?7, due_us = ?9 WHERE id = ?1";
 
 /// Removes an id; trigger tnx_tasks_tombstone records its last version.
 constexpr const char *kDeleteSql = "DELETE FROM tnx_tasks WHERE id = ?1";
 
 /// The list statement for one combination of filters (TNX_FILTER_* bits),
-/// cursor presence and omit_json. Columns as kGetSql plus rowid (to name a
-/// row whose id is unreadable). Parameters: ?1 context_id, ?2 state,
-/// ?3 owner, ?4 tenant, ?5 after, ?6 before, ?7/?8 cursor time/id, ?9 limit.
+/// cursor presence and omit_json. Columns as get_sql(): TNX_SQLITE_COLUMNS,
+/// task_json, rowid (to name a row whose id is unreadable), due_us (`due`:
+/// the database has it). Parameters: ?1 context_id, ?2 state, ?3 owner,
+/// ?4 tenant, ?5 after, ?6 before, ?7/?8 cursor time/id, ?9 limit, ?10 due
+/// before.
 /// The keyset condition "time < t OR (time = t AND id > i)" is written as
 /// "time <= t AND (time < t OR id > i)" so that it is an index range.
 /// The index a list or count with these filters walks: the first of
@@ -556,8 +593,10 @@ constexpr const char *kDeleteSql = "DELETE FROM tnx_tasks WHERE id = ?1";
 /// Tasks; the A2A server always filters owner and tenant, which often hold
 /// all of them), else the time index. Named with INDEXED BY, because
 /// without statistics SQLite may pick the owner index for a contextId
-/// query and read every row of the owner.
+/// query and read every row of the owner. A due list (ABI 1.5) always walks
+/// the due index: what is due is few, whatever else is asked.
 const char *list_index(uint32_t flags) {
+  if (flags & TNX_FILTER_DUE_BEFORE) return "tnx_tasks_by_due";
   if (flags & TNX_FILTER_CONTEXT_ID) return "tnx_tasks_by_context";
   if (flags & TNX_FILTER_STATE) return "tnx_tasks_by_state";
   if (flags & TNX_FILTER_OWNER) return "tnx_tasks_by_owner";
@@ -565,10 +604,12 @@ const char *list_index(uint32_t flags) {
   return "tnx_tasks_by_time";
 }
 
-std::string list_sql(uint32_t flags, bool cursor, bool omit_json) {
+std::string list_sql(uint32_t flags, bool cursor, bool omit_json, bool due) {
   std::string s = "SELECT " TNX_SQLITE_COLUMNS ", ";
   s += omit_json ? "NULL" : "task_json";
-  s += ", rowid FROM tnx_tasks INDEXED BY ";
+  s += ", rowid, ";
+  s += due_column(due);
+  s += " FROM tnx_tasks INDEXED BY ";
   s += list_index(flags);
   s += " WHERE 1";
   if (flags & TNX_FILTER_CONTEXT_ID) s += " AND context_id = ?1";
@@ -577,6 +618,7 @@ std::string list_sql(uint32_t flags, bool cursor, bool omit_json) {
   if (flags & TNX_FILTER_TENANT) s += " AND tenant = ?4";
   if (flags & TNX_FILTER_AFTER) s += " AND status_time_us > ?5";
   if (flags & TNX_FILTER_BEFORE) s += " AND status_time_us < ?6";
+  if (flags & TNX_FILTER_DUE_BEFORE) s += " AND due_us IS NOT NULL AND due_us < ?10";
   if (cursor) s += " AND status_time_us <= ?7 AND (status_time_us < ?7 OR id > ?8)";
   s += " ORDER BY status_time_us DESC, id LIMIT ?9";
   return s;
@@ -586,12 +628,13 @@ std::string list_sql(uint32_t flags, bool cursor, bool omit_json) {
 /// list statement's parameter numbers. Only equality filters on owner,
 /// tenant and state (what the A2A server asks: owner and tenant always):
 /// a sum over the few matching rows of tnx_counts (`counters`). Otherwise
-/// (a contextId or a time window, or a schema 2 file opened read-only) an
-/// index-only count(*) over the rows of the most selective index, which
+/// (a contextId, a time window or a due time, or a schema 2 file opened
+/// read-only) a count(*) over the rows of the most selective index, which
 /// costs O(matches).
 std::string count_sql(uint32_t flags, bool counters) {
   const bool by_counters =
-      counters && (flags & (TNX_FILTER_CONTEXT_ID | TNX_FILTER_AFTER | TNX_FILTER_BEFORE)) == 0;
+      counters &&
+      (flags & (TNX_FILTER_CONTEXT_ID | TNX_FILTER_AFTER | TNX_FILTER_BEFORE | TNX_FILTER_DUE_BEFORE)) == 0;
   std::string s = by_counters ? "SELECT coalesce(sum(n), 0) FROM tnx_counts WHERE 1"
                               : std::string("SELECT count(*) FROM tnx_tasks INDEXED BY ") + list_index(flags) +
                                     " WHERE 1";
@@ -601,12 +644,14 @@ std::string count_sql(uint32_t flags, bool counters) {
   if (flags & TNX_FILTER_TENANT) s += " AND tenant = ?4";
   if (flags & TNX_FILTER_AFTER) s += " AND status_time_us > ?5";
   if (flags & TNX_FILTER_BEFORE) s += " AND status_time_us < ?6";
+  if (flags & TNX_FILTER_DUE_BEFORE) s += " AND due_us IS NOT NULL AND due_us < ?10";
   return s;
 }
 
-/// Every TNX_FILTER_* bit this plugin knows (ABI 1.0).
+/// Every TNX_FILTER_* bit this plugin knows (ABI 1.0, and 1.5's due filter).
 constexpr uint32_t kKnownFilters = TNX_FILTER_CONTEXT_ID | TNX_FILTER_STATE | TNX_FILTER_OWNER |
-                                   TNX_FILTER_TENANT | TNX_FILTER_AFTER | TNX_FILTER_BEFORE;
+                                   TNX_FILTER_TENANT | TNX_FILTER_AFTER | TNX_FILTER_BEFORE |
+                                   TNX_FILTER_DUE_BEFORE;
 
 // ===========================================================================
 // Connections
@@ -626,8 +671,9 @@ class Conn {
   enum class Role { Writer, Reader };
 
   /// Opens `o.path` as writer (read-write, created if missing, unless
-  /// o.read_only) or reader (never creates, query_only). Throws Error.
-  Conn(const Options &o, Role role) : opt_(o) {
+  /// o.read_only) or reader (never creates, query_only). `due`: the
+  /// database has the due column (its reads select it). Throws Error.
+  Conn(const Options &o, Role role, bool due = false) : opt_(o), due_(due) {
     int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE;
     if (o.read_only && !o.host_read_only) flags |= SQLITE_OPEN_READONLY;
     else if (role == Role::Writer && !o.read_only) flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
@@ -819,7 +865,7 @@ class Conn {
 
   /// The cached get statement.
   sqlite3_stmt *get_stmt() {
-    if (get_ == nullptr) get_ = prepare(kGetSql);
+    if (get_ == nullptr) get_ = prepare(get_sql(due_).c_str());
     return get_;
   }
 
@@ -835,9 +881,9 @@ class Conn {
 
   /// The cached list statement for this filter/cursor/omit combination.
   sqlite3_stmt *list_stmt(uint32_t flags, bool cursor, bool omit_json) {
-    const size_t key = (flags & kKnownFilters) | (cursor ? 64u : 0u) | (omit_json ? 128u : 0u);
+    const size_t key = (flags & kKnownFilters) | (cursor ? 128u : 0u) | (omit_json ? 256u : 0u);
     if (list_[key] == nullptr) {
-      const std::string sql = list_sql(flags, cursor, omit_json);
+      const std::string sql = list_sql(flags, cursor, omit_json, due_);
       list_[key] = prepare(sql.c_str(), sql.size());
     }
     return list_[key];
@@ -863,12 +909,13 @@ class Conn {
   }
 
   const Options &opt_;
+  const bool due_;
   sqlite3 *db_ = nullptr;
   std::chrono::steady_clock::time_point busy_start_{};
   std::vector<sqlite3_stmt *> owned_;
   sqlite3_stmt *get_ = nullptr;
-  std::array<sqlite3_stmt *, 256> list_{};
-  std::array<sqlite3_stmt *, 64> count_{};
+  std::array<sqlite3_stmt *, 512> list_{};
+  std::array<sqlite3_stmt *, 128> count_{};
 };
 
 /// Scoped use of a prepared statement: binds, steps, and on scope exit always
@@ -916,7 +963,13 @@ tnx_str text_column(const Conn &c, sqlite3_stmt *s, int i, const char *col, std:
   return tnx_str{reinterpret_cast<const char *>(t), static_cast<uint64_t>(n)};
 }
 
-/// Decodes the current row of a get/list statement (columns as in kGetSql)
+/// The due time (column 9) of the current row of a get/list statement:
+/// TNX_TIME_NONE for NULL (and for anything but an integer).
+int64_t due_of_row(sqlite3_stmt *s) {
+  return sqlite3_column_type(s, 9) == SQLITE_INTEGER ? sqlite3_column_int64(s, 9) : TNX_TIME_NONE;
+}
+
+/// Decodes the current row of a get/list statement (columns as in get_sql())
 /// into a record borrowing the statement's memory. Throws TNX_ECORRUPT for a
 /// row this plugin could not have written.
 tnx_task_record decode_row(const Conn &c, sqlite3_stmt *s, bool omit_json) {
@@ -939,6 +992,10 @@ tnx_task_record decode_row(const Conn &c, sqlite3_stmt *s, bool omit_json) {
     throw corrupt("column version is not a positive integer");
   r.version = static_cast<uint64_t>(sqlite3_column_int64(s, 6));
   if (!omit_json) r.task_json = text_column(c, s, 7, "task_json", id);
+  const int due_type = sqlite3_column_type(s, 9);
+  if (due_type != SQLITE_NULL && due_type != SQLITE_INTEGER)
+    throw corrupt("column due_us is neither NULL nor an integer");
+  r.due_us = due_of_row(s);
   return r;
 }
 
@@ -1085,7 +1142,8 @@ struct Position {
 /// The record list delivers for an undecodable row under deliver_corrupt
 /// (task_store.h): its id (or "rowid <n>" when the id itself is not text),
 /// everything else empty, time TNX_TIME_NONE, version 0, task_json the raw
-/// stored bytes. Borrows from the statement and from `name`.
+/// stored bytes, and its due time (the filter already passed it). Borrows
+/// from the statement and from `name`.
 tnx_task_record corrupt_record(sqlite3_stmt *s, bool omit_json, std::string &name) {
   tnx_task_record r{};
   r.header = tnx_header(sizeof r);
@@ -1098,6 +1156,7 @@ tnx_task_record corrupt_record(sqlite3_stmt *s, bool omit_json, std::string &nam
   }
   r.id = toolnexus::sdk::str(name);
   r.status_time_us = TNX_TIME_NONE;
+  r.due_us = due_of_row(s);
   if (!omit_json) {
     const void *b = sqlite3_column_blob(s, 7);
     const int n = sqlite3_column_bytes(s, 7);
@@ -1218,8 +1277,12 @@ class SqliteStore final : public toolnexus::sdk::Store {
     ws_.commit = w.prepare("COMMIT");
     ws_.rollback = w.prepare("ROLLBACK");
     ws_.lookup = w.prepare(kLookupSql);
-    ws_.insert = w.prepare(kInsertSql);
-    ws_.update = w.prepare(kUpdateSql);
+    // A store that refuses writes never runs them (submit() throws first),
+    // and a read-only database may lack the due column they name.
+    if (!read_only_) {
+      ws_.insert = w.prepare(kInsertSql);
+      ws_.update = w.prepare(kUpdateSql);
+    }
     ws_.remove = w.prepare(kDeleteSql);
     // Validate the read statements once (also warms one reader up).
     {
@@ -1334,6 +1397,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
     if (f & TNX_FILTER_TENANT) st.text(4, q.tenant);
     if (f & TNX_FILTER_AFTER) st.i64(5, q.after_us);
     if (f & TNX_FILTER_BEFORE) st.i64(6, q.before_us);
+    if (f & TNX_FILTER_DUE_BEFORE) st.i64(10, q.due_before_us);
     if (has_cursor) {
       const int rc = from.bind(st.get());
       if (rc != SQLITE_OK) throw c.error(rc, "sqlite: list");
@@ -1374,6 +1438,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
     if (f & TNX_FILTER_TENANT) st.text(4, q.tenant);
     if (f & TNX_FILTER_AFTER) st.i64(5, q.after_us);
     if (f & TNX_FILTER_BEFORE) st.i64(6, q.before_us);
+    if (f & TNX_FILTER_DUE_BEFORE) st.i64(10, q.due_before_us);
     const int rc = st.step();
     if (rc != SQLITE_ROW) throw c.error(rc, "sqlite: count");
     const int64_t n = sqlite3_column_int64(st.get(), 0);
@@ -1404,6 +1469,11 @@ class SqliteStore final : public toolnexus::sdk::Store {
     watcher_.reset();  // joins its thread: the sink is not called any more
     feed_.stop();
   }
+
+  /// ABI 1.5: the database has the due column and its index (every
+  /// read-write open adds them; a read-only open of an older file may lack
+  /// them: open_sqlite then clears TNX_CAP_DUE_INDEX).
+  bool keeps_due() const noexcept override { return has_due_; }
 
   /// True when saves are refused (mode=ro, the host's read-only open, or a
   /// file this process may not write to).
@@ -1452,7 +1522,7 @@ class SqliteStore final : public toolnexus::sdk::Store {
           s_.idle_.pop_back();
         }
       }
-      if (!c_) c_ = std::make_unique<Conn>(s_.opt_, Conn::Role::Reader);
+      if (!c_) c_ = std::make_unique<Conn>(s_.opt_, Conn::Role::Reader, s_.has_due_);
     }
     Reader(const Reader &) = delete;
     Reader &operator=(const Reader &) = delete;
@@ -1495,6 +1565,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
         if (!read_only_) configure_writer(w);
         ensure_schema(w);
         if (!read_only_) ensure_side_tables(w);
+        if (!read_only_) ensure_due_index(w);
+        has_due_ = w.query_int(kDueProbeSql, "sqlite: open") == 2;
         return;
       } catch (const SqlError &e) {
         const int primary = e.rc & 0xff;
@@ -1539,6 +1611,23 @@ class SqliteStore final : public toolnexus::sdk::Store {
     try {
       w.exec(toolnexus_sqlite::kWalStateSql, "sqlite: creating tnx_wal_state");
       w.exec(toolnexus_sqlite::kChangeLogSql, "sqlite: creating the change log tnx_changes");
+      w.exec("COMMIT", "sqlite: open");
+    } catch (...) {
+      if (sqlite3_get_autocommit(w.db()) == 0)
+        sqlite3_exec(w.db(), "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+
+  /// Adds the due column and its index (kDueIndexSql) when a read-write open
+  /// finds them missing; decided again inside BEGIN IMMEDIATE, so processes
+  /// opening at once add them exactly once.
+  void ensure_due_index(Conn &w) {
+    if (w.query_int(kDueProbeSql, "sqlite: open") == 2) return;
+    w.exec("BEGIN IMMEDIATE", "sqlite: open");
+    try {
+      if (w.query_int(kDueProbeSql, "sqlite: open") != 2)
+        w.exec(kDueIndexSql, "sqlite: adding the due index (column due_us of tnx_tasks)");
       w.exec("COMMIT", "sqlite: open");
     } catch (...) {
       if (sqlite3_get_autocommit(w.db()) == 0)
@@ -1981,6 +2070,8 @@ class SqliteStore final : public toolnexus::sdk::Store {
       st.text(6, rec.tenant);
       st.text(7, rec.task_json);
       st.i64(8, static_cast<int64_t>(next));
+      const int64_t due = toolnexus::sdk::due_of(rec);
+      if (due != TNX_TIME_NONE) st.i64(9, due);  // else NULL: nothing due
       step_done(st);
       if (sqlite3_changes(writer_->db()) != 1)
         throw Error(TNX_EINTERNAL, describe(r) + ": the row changed inside the transaction");
@@ -1996,6 +2087,9 @@ class SqliteStore final : public toolnexus::sdk::Store {
   /// The file has tnx_counts (schema 3); false for a schema 2 file opened
   /// read-only. Set at open, then read only.
   bool have_counts_ = true;
+  /// The file has the due column and index (keeps_due()). Set at open,
+  /// then read only.
+  bool has_due_ = false;
 
   // Writer side: wmu_ guards the queue (head_..tail_), leader_ and
   // WriteReq::next/lead of queued requests; ws_, writer_ and the requests of
@@ -2038,6 +2132,8 @@ toolnexus::sdk::Store *open_sqlite(const tnx_open_args &args) {
   auto store = std::make_unique<SqliteStore>(std::move(o));
   // A store that cannot write has no change log to watch.
   if (store->refuses_writes()) toolnexus::sdk::clear_capabilities(args, TNX_CAP_CHANGE_FEED);
+  // A file opened read-only that no read-write open gave the due index yet.
+  if (!store->keeps_due()) toolnexus::sdk::clear_capabilities(args, TNX_CAP_DUE_INDEX);
   return store.release();
 }
 
@@ -2057,7 +2153,7 @@ const tnx_plugin_descriptor kDescriptor = {
     "for other processes' saves)",
     kSchemes,
     TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET | TNX_CAP_DURABLE |
-        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED,
+        TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT | TNX_CAP_CHANGE_FEED | TNX_CAP_DUE_INDEX,
     &toolnexus::sdk::open_trampoline<open_sqlite>,
     nullptr,  // vtable: set in the entry (the helper's vtable is a function-local static)
     "sqlite:<path>[?synchronous=full|extra|normal|off&busy_timeout_ms=N"

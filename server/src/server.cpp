@@ -252,6 +252,7 @@ ServerHandle serve(ServerOptions o) {
   lo.lease_ms = o.lease.lease_ms;
   lo.renew_interval_ms = o.lease.renew_interval_ms;
   lo.settle_interval_ms = o.lease.settle_interval_ms;
+  lo.full_settle_interval_ms = o.lease.full_settle_interval_ms;
   lo.cancel_poll_ms = o.lease.cancel_poll_ms == 0 ? o.lease.renew_interval_ms : o.lease.cancel_poll_ms;
   lo.drain_timeout_ms = o.drain_timeout_ms;
   lo.progress_interval_ms = o.progress_interval_ms;
@@ -259,6 +260,7 @@ ServerHandle serve(ServerOptions o) {
   lo.max_task_history = l.max_task_history;
   lo.max_task_bytes = l.max_task_bytes;
   lo.metrics = impl->metrics.get();
+  lo.due_of = push_due_us;  // deliveries pending: a due time for the store's due index
   WatchOptions wo;
   wo.poll_ms = o.streams.poll_ms;
   wo.max_subscribers = o.streams.max_streams;

@@ -90,7 +90,7 @@ TEST_CASE("options: tnx_ parameters are the plugin's, the rest goes to libpq") {
   CHECK(s->info().scheme == "postgresql");
   CHECK(s->info().capabilities == (TNX_CAP_THREAD_SAFE | TNX_CAP_PAGINATED_LIST | TNX_CAP_COMPARE_AND_SET |
                                    TNX_CAP_DURABLE | TNX_CAP_MULTI_PROCESS | TNX_CAP_PERSISTENT |
-                                   TNX_CAP_CHANGE_FEED));
+                                   TNX_CAP_CHANGE_FEED | TNX_CAP_DUE_INDEX));
   CHECK(s->save(make_task("o1", "c", "working", 1)) == 1);
   Admin admin;
   CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
@@ -258,7 +258,8 @@ TEST_CASE("schema version 1 is migrated to 2 in place") {
                      "'context_id'",
                      {t}) == "C");
   CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname = $2", {t, t + "_time"}) == "0");
-  CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname LIKE $2", {t, t + "_by_%"}) == "5");
+  // The five list indexes and the due index (ABI 1.5).
+  CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname LIKE $2", {t, t + "_by_%"}) == "6");
 
   auto b = s->get("b");
   REQUIRE(b.has_value());
@@ -342,6 +343,84 @@ TEST_CASE("schema 3: counters follow saves, deletes and writes by hand; a versio
   check_counts(*w);
   CHECK(admin.scalar("SELECT version FROM toolnexus_schema WHERE table_name = $1", {t}) == "3");
   CHECK(admin.scalar("SELECT sum(n) FROM \"" + t + "$counts\"") == "23");
+}
+
+TEST_CASE("due index (ABI 1.5): a version 3 table without it gains it at a read-write open, read-only it is refused") {
+  Admin admin;
+  const std::string t = unique("due");
+  open_store(t)->save(make_task("old", "c", "working", 1));
+  // As a table of a plugin before 1.5: no due column, no due index; a row
+  // saved by it.
+  admin.exec("DROP INDEX \"" + t + "_by_due\"");
+  admin.exec("ALTER TABLE " + t + " DROP COLUMN due_us");
+  const std::string has_column =
+      "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'due_us'";
+  ListQuery due;
+  due.due_before_us = pgtest::time_of(1000);
+  {
+    OpenOptions ro;
+    ro.read_only = true;
+    auto r = open_store(t, "", ro);
+    CHECK((r->info().capabilities & TNX_CAP_DUE_INDEX) == 0);
+    REQUIRE(r->get("old").has_value());
+    CHECK(r->get("old")->due_us == kNoTime);
+    CHECK(r->list(ListQuery{}).records.size() == 1);
+    expect_status(Status::unsupported, [&] { r->list(due); });
+    expect_status(Status::unsupported, [&] { r->count(due); });
+    CHECK(admin.scalar(has_column, {t}) == "0");  // nothing added read-only
+  }
+  auto w = open_store(t);
+  CHECK((w->info().capabilities & TNX_CAP_DUE_INDEX) != 0);
+  CHECK(admin.scalar(has_column, {t}) == "1");
+  CHECK(admin.scalar("SELECT count(*) FROM pg_class WHERE relname = $1", {t + "_by_due"}) == "1");
+  CHECK(w->get("old")->due_us == kNoTime);
+  for (int i = 0; i < 4; ++i) {
+    SaveOptions o;
+    o.due_us = pgtest::time_of(100 + i);
+    w->save(make_task("d" + std::to_string(i), "c", "working", 10 - i), o);
+  }
+  CHECK(w->get("d2")->due_us == pgtest::time_of(102));
+  due.due_before_us = pgtest::time_of(103);
+  std::vector<std::string> ids;
+  for (const auto &rec : w->list(due).records) ids.push_back(rec.id);
+  CHECK(ids == std::vector<std::string>{"d0", "d1", "d2"});  // newest status first
+  CHECK(w->count(due) == 3);
+  // A delete takes it out of the index (the emptied row has no due time).
+  w->remove("d1");
+  CHECK(admin.scalar("SELECT due_us IS NULL FROM " + t + " WHERE id = 'd1'") == "t");
+  CHECK(w->count(due) == 2);
+  // A re-save without a due time clears it.
+  w->save(make_task("d0", "c", "completed", 11));
+  CHECK(w->get("d0")->due_us == kNoTime);
+  CHECK(w->count(due) == 1);
+
+  // A role that may write the table but not alter it opens a table without
+  // the due index as it is, without the capability.
+  admin.exec("DROP INDEX \"" + t + "_by_due\"");
+  admin.exec("ALTER TABLE " + t + " DROP COLUMN due_us");
+  const std::string role = unique("tnx_due_role");
+  admin.exec("CREATE ROLE " + role + " LOGIN");
+  admin.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + t + ", \"" + t + "$counts\", toolnexus_schema TO " + role);
+  admin.exec("GRANT CREATE ON SCHEMA public TO " + role);  // not the table's owner: it may not alter it
+  auto r = resolve_store("postgresql://" + role + "@" + pgtest::host_port(pgtest::base_uri()) +
+                         "/postgres?sslmode=disable&tnx_table=" + t);
+  CHECK((r->info().capabilities & TNX_CAP_DUE_INDEX) == 0);
+  CHECK(r->save(make_task("r1", "c", "working", 20)) == 1);
+  expect_status(Status::unsupported, [&] { r->list(due); });
+  CHECK(admin.scalar(has_column, {t}) == "0");
+
+  // A transaction reading the table holds the owner's ALTER TABLE off: the
+  // open waits at most tnx_statement_timeout_ms for it (not forever, while
+  // every other statement on the table would queue behind it), then opens
+  // without the due index; the next open adds it.
+  Admin reader;
+  reader.exec("BEGIN; LOCK TABLE " + t + " IN ACCESS SHARE MODE");
+  auto waited = open_store(t, "tnx_statement_timeout_ms=300");
+  CHECK((waited->info().capabilities & TNX_CAP_DUE_INDEX) == 0);
+  CHECK(waited->get("r1").has_value());
+  reader.exec("COMMIT");
+  CHECK((open_store(t)->info().capabilities & TNX_CAP_DUE_INDEX) != 0);
+  CHECK(admin.scalar(has_column, {t}) == "1");
 }
 
 TEST_CASE("a newer schema is refused; a table that is not ours is refused") {
@@ -429,7 +508,8 @@ TEST_CASE("replicas: 8 threads open stores on one fresh table at the same moment
       REQUIRE(stores[i] != nullptr);
     }
     CHECK(admin.scalar("SELECT version FROM " + schema + ".toolnexus_schema WHERE table_name = 'tasks'") == "3");
-    CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'tasks'", {schema}) == "6");
+    // The primary key, five list indexes, the due index.
+    CHECK(admin.scalar("SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'tasks'", {schema}) == "7");
     // They are one store: a save through one is seen through all.
     CHECK(stores[0]->save(make_task("r", "c", "working", 1)) == 1);
     for (int i = 1; i < n; ++i) CHECK(stores[i]->get("r")->version == 1);
@@ -643,16 +723,17 @@ TEST_CASE("every list shape is an index scan: no sequential scan, no sort of a l
   admin.exec("ANALYZE " + t);
   const pg::Sql sql(t);
   // Values matching many rows (5000, 2222, 400, 2000): the cases where a
-  // sort would cost.
+  // sort would cost. The due filter (ABI 1.5) matches none here (no row
+  // has a due time): its index holds the rows due only.
   const std::vector<std::string> filter_values = {"big", "working", "owner3", "tenant1", "5000000000",
-                                                  "15000000000"};
+                                                  "15000000000", "9000000000000000"};
   int shapes = 0;
   for (int generic = 0; generic < 2; ++generic) {
     admin.exec(generic ? "SET plan_cache_mode = force_generic_plan" : "SET plan_cache_mode = auto");
     for (uint32_t filters = 0; filters <= pg::kAllFilters; ++filters) {
       for (int cursor = 0; cursor < 2; ++cursor) {
         std::vector<std::string> params;
-        for (uint32_t b = 0; b < 6; ++b)
+        for (uint32_t b = 0; b < 7; ++b)
           if (filters & (1u << b)) params.push_back(filter_values[b]);
         if (cursor) {
           params.push_back("9000000000");
@@ -692,7 +773,7 @@ TEST_CASE("every list shape is an index scan: no sequential scan, no sort of a l
       }
     }
   }
-  CHECK(shapes == 256);
+  CHECK(shapes == 512);
 }
 
 TEST_CASE("a bulk save_batch leaves fresh planner statistics: ListTasks is an index scan at once") {

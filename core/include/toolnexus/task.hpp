@@ -68,6 +68,22 @@ class Task {
   /// invalid UTF-8, nesting deeper than kMaxTaskDepth, or validate() fails.
   static Task parse(std::string_view json);
 
+  /// Parses the JSON of a record a store delivered as sound (a version,
+  /// no problem) for serving: TaskRecord::a2a_task(). The host checked
+  /// these bytes with parse() before the save, so only what guards the
+  /// output is checked again, at a fraction of parse()'s cost (the trust
+  /// line, docs/architecture.md "Reads: what a stored record is trusted
+  /// for"):
+  ///  - checked: one JSON value and nothing after it but blanks, UTF-8
+  ///    (an eight-bytes-at-a-time scan of the ASCII), no lone surrogate
+  ///    escape, nesting at most kMaxTaskDepth (counted by the parse,
+  ///    which stops there), and the rules of validate() but one;
+  ///  - trusted: "status.timestamp" is an RFC 3339 time (a stored one that
+  ///    is not is served as it is: status_time_us() is then kNoTime).
+  /// So whatever a store returns, a Task parse_stored() accepts is written
+  /// back as valid JSON. Throws InvalidTask (what and where) otherwise.
+  static Task parse_stored(std::string_view json);
+
   /// Takes ownership of a document and validate()s it; throws InvalidTask.
   static Task from_document(rapidjson::Document &&doc);
 
@@ -76,6 +92,10 @@ class Task {
   /// an object whose "state" (if present) is a TaskState name and whose "timestamp"
   /// (if present) is an RFC 3339 time. Throws InvalidTask naming the field.
   void validate() const;
+
+  /// validate()'s rules on `doc` (any JSON value); `check_time` false
+  /// leaves "status.timestamp" unchecked (parse_stored()). Throws InvalidTask.
+  static void check_fields(const rapidjson::Value &doc, bool check_time);
 
   /// The JSON, for reading and editing. Allocate new values with
   /// allocator(). Valid while the Task lives.
@@ -104,6 +124,13 @@ class Task {
                   int64_t time_us = kNoTime);
 
  private:
+  friend struct TaskRecord;
+  // parse_stored() into `doc` (its allocator). `in_place`: RapidJSON's
+  // in-situ parse, which decodes the strings into `json`'s bytes (which
+  // must be followed by a NUL, as std::string's are) and points `doc`'s
+  // strings there.
+  static void parse_stored_json(std::string_view json, bool in_place, rapidjson::Document &doc);
+
   rapidjson::Document doc_;
 };
 
@@ -124,6 +151,9 @@ struct TaskRecord {
   /// the store's reason it cannot be decoded, naming where (ABI 1.2; "" from
   /// older plugins, whose unreadable records show only by their JSON).
   std::string problem;
+  /// The due time saved with it (SaveOptions::due_us), µs since the epoch,
+  /// or kNoTime (none, or a store without TNX_CAP_DUE_INDEX).
+  int64_t due_us = kNoTime;
 
   /// Parses `json`. Throws StoreError(Status::corrupt) naming the id when the
   /// record has a problem, or the stored bytes are not a valid Task or are
@@ -135,7 +165,26 @@ struct TaskRecord {
   /// something missing. What a server answers and streams goes through here,
   /// so a record the store took (it asks only for an id) but `store put`
   /// would refuse is treated as unreadable, never served without a status.
+  /// A record with a version (one a store delivered as sound) is parsed by
+  /// Task::parse_stored(), which trusts what the host checked before the
+  /// save; one without (version 0: built by hand, or delivered by
+  /// deliver_corrupt) gets every check of task(). Thread-safe on distinct
+  /// records.
   Task a2a_task() const;
+
+  /// a2a_task() without a Task: parses `json` in place (RapidJSON in-situ)
+  /// into `doc`, allocating in `doc`'s allocator, with the same checks and
+  /// errors. Afterwards `json` holds scratch bytes that `doc`'s strings
+  /// point into: keep the record alive and unmodified while `doc` is used,
+  /// and read its JSON through `doc` only. For ListTasks, which writes each
+  /// record of a page once (no copy of its strings, and `doc` may reuse
+  /// one allocator for a whole page). On a throw `doc` is unspecified.
+  void a2a_task_in_place(rapidjson::Document &doc);
+
+ private:
+  // The checks a2a_task() adds to a parsed record (`doc` passed
+  // Task::check_fields): its "id" is this record's, and a2a_task_problem().
+  void check_served(const rapidjson::Value &doc) const;
 };
 
 /// "" when `t` has what A2A requires of a Task that is served (v0.3 section
@@ -146,6 +195,9 @@ struct TaskRecord {
 /// Task::validate() is the store's contract (an object with an id); this is
 /// the rule of `toolnexus store put`, `store check` and the server. Pure.
 std::string a2a_task_problem(const Task &t);
+
+/// a2a_task_problem() of a Task's JSON (any value; a non-object is a problem).
+std::string a2a_task_problem(const rapidjson::Value &task_json);
 
 /// Current time in microseconds since the Unix epoch (UTC).
 int64_t now_us() noexcept;

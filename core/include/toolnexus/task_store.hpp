@@ -75,6 +75,12 @@ struct SaveOptions {
   std::string owner;
   /// Tenant recorded with the Task ("" = none).
   std::string tenant;
+  /// When the caller wants the Task back from a ListQuery::due_before_us
+  /// list (µs since the epoch), or kNoTime: nothing due (ABI 1.5
+  /// tnx_task_record.due_us). Kept only by a store with TNX_CAP_DUE_INDEX;
+  /// others drop it. A server sets it to the earliest of a running Task's
+  /// lease expiry and a push delivery's next attempt.
+  int64_t due_us = kNoTime;
 };
 
 /// One Task of TaskStore::save_batch: the Task (borrowed for the call) and
@@ -111,6 +117,11 @@ struct ListQuery {
   std::optional<int64_t> before_us;
   /// "" for the first page, else a ListPage::next_cursor.
   std::string cursor;
+  /// Only Tasks whose due time (SaveOptions::due_us) is set and strictly
+  /// before this (µs since the epoch). Only for a store whose
+  /// StoreInfo::capabilities has TNX_CAP_DUE_INDEX; any other store throws
+  /// StoreError(unsupported) (the caller then lists what it must scan).
+  std::optional<int64_t> due_before_us;
   /// Records per page, 1..1000.
   uint32_t page_size = 50;
   /// Records may come back with empty json (index fields only).

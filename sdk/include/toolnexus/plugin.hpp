@@ -239,6 +239,12 @@ class Store {
   /// running and will not be called again. Throw Error(TNX_EINVAL) when no
   /// feed runs. close() must stop a running feed too.
   virtual void unwatch() { throw Error(TNX_EINVAL, "unwatch: no change feed runs"); }
+  /// ABI 1.5: true when this store keeps tnx_task_record.due_us and
+  /// answers TNX_FILTER_DUE_BEFORE (pass the record's due_us to matches()),
+  /// from an index (the descriptor then claims TNX_CAP_DUE_INDEX). The
+  /// default, false, has the list and count trampolines refuse a due filter
+  /// with TNX_EUNSUPPORTED. Thread-safe; constant for the store's life.
+  virtual bool keeps_due() const noexcept { return false; }
 
   /// True when the host opened this store with TNX_OPEN_READ_ONLY. Set by
   /// open_trampoline before the store is handed out; save and del are then
@@ -295,6 +301,16 @@ inline Store *as_store(tnx_store *s) noexcept { return reinterpret_cast<Store *>
 
 inline void check_str(tnx_str s, const char *what) {
   if (s.data == nullptr && s.len != 0) throw Error(TNX_EINVAL, std::string(what) + ": NULL data with a non-zero length");
+}
+
+// A due filter (ABI 1.5) only for a store that keeps due times, in a query
+// long enough to carry the bound.
+inline void check_due_filter(const tnx_list_query &q, const Store &s, const char *op) {
+  if ((q.filter_flags & TNX_FILTER_DUE_BEFORE) == 0) return;
+  if (!s.keeps_due())
+    throw Error(TNX_EUNSUPPORTED, std::string(op) + ": this store keeps no due times (TNX_FILTER_DUE_BEFORE)");
+  if (!TNX_HAS_FIELD(&q, tnx_list_query, due_before_us))
+    throw Error(TNX_EINVAL, std::string(op) + ": TNX_FILTER_DUE_BEFORE in a query without due_before_us (ABI 1.5)");
 }
 }  // namespace detail
 
@@ -368,6 +384,7 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           if (q->page_size == 0) throw Error(TNX_EINVAL, "list: page_size is 0");
           if ((q->filter_flags & ~TNX_FILTER_ALL) != 0)
             throw Error(TNX_EUNSUPPORTED, "list: unknown filter_flags bits " + std::to_string(q->filter_flags & ~TNX_FILTER_ALL));
+          detail::check_due_filter(*q, *detail::as_store(s), "list");
           for (tnx_str f : {q->context_id, q->state, q->owner, q->tenant, q->cursor}) detail::check_str(f, "list: a query field");
           std::string next = detail::as_store(s)->list(*q, RecordOut(rs, ctx));
           if (!next.empty()) cs(ctx, str(next));
@@ -393,6 +410,7 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           if (out == nullptr) throw Error(TNX_EINVAL, "count: out_count is NULL");
           if ((q->filter_flags & ~TNX_FILTER_ALL) != 0)
             throw Error(TNX_EUNSUPPORTED, "count: unknown filter_flags bits " + std::to_string(q->filter_flags & ~TNX_FILTER_ALL));
+          detail::check_due_filter(*q, *detail::as_store(s), "count");
           for (tnx_str f : {q->context_id, q->state, q->owner, q->tenant}) detail::check_str(f, "count: a query field");
           *out = detail::as_store(s)->count(*q);
           return TNX_OK;
@@ -566,11 +584,21 @@ struct ListKey {
   }
 };
 
+/// The due time of a record from the host (ABI 1.5 tnx_task_record.due_us),
+/// TNX_TIME_NONE from a host built for 1.4 or older.
+inline int64_t due_of(const tnx_task_record &rec) noexcept {
+  return TNX_HAS_FIELD(&rec, tnx_task_record, due_us) ? rec.due_us : TNX_TIME_NONE;
+}
+
 /// True when a record with these index fields passes every filter enabled in
-/// `q` (cursor not included).
+/// `q` (cursor not included). `due_us`: the record's due time (ABI 1.5),
+/// checked by TNX_FILTER_DUE_BEFORE (which the trampolines let through only
+/// to a store whose keeps_due() is true).
 inline bool matches(const tnx_list_query &q, std::string_view context_id, std::string_view state,
-                    std::string_view owner, std::string_view tenant, int64_t time_us) noexcept {
+                    std::string_view owner, std::string_view tenant, int64_t time_us,
+                    int64_t due_us = TNX_TIME_NONE) noexcept {
   const uint32_t f = q.filter_flags;
+  if ((f & TNX_FILTER_DUE_BEFORE) && (due_us == TNX_TIME_NONE || !(due_us < q.due_before_us))) return false;
   if ((f & TNX_FILTER_CONTEXT_ID) && context_id != view(q.context_id)) return false;
   if ((f & TNX_FILTER_STATE) && state != view(q.state)) return false;
   if ((f & TNX_FILTER_OWNER) && owner != view(q.owner)) return false;

@@ -79,7 +79,9 @@ extern "C" {
  *  capabilities) and tnx_task_record.problem. 1.3: tnx_store_vtable.count
  *  and tnx_store_vtable.save_batch (both optional). 1.4: the change feed,
  *  tnx_store_vtable.watch and unwatch (optional; TNX_CAP_CHANGE_FEED).
- *  1.5: tnx_store_vtable.save_stream (optional), tnx_record_source and
+ *  1.5: the due index: tnx_task_record.due_us, tnx_list_query.due_before_us
+ *  with TNX_FILTER_DUE_BEFORE (TNX_CAP_DUE_INDEX); the streamed save:
+ *  tnx_store_vtable.save_stream (optional), tnx_record_source and
  *  TNX_SAVE_STREAM_ONE_TRANSACTION. */
 #define TNX_ABI_MINOR 5
 
@@ -268,6 +270,19 @@ typedef struct tnx_task_record {
    *  (e.g. "'/srv/tasks/x.json' is a directory, not a task file"); empty
    *  on every sound record. Ignored on save input. */
   tnx_str problem;
+
+  /* ---- ABI 1.5: read only when TNX_HAS_FIELD(rec, tnx_task_record, m) ---- */
+
+  /** When the host wants this Task back from a TNX_FILTER_DUE_BEFORE list,
+   *  in microseconds since 1970-01-01T00:00:00Z, or TNX_TIME_NONE (nothing
+   *  due: the usual value). The host sets it on save (a toolnexus server:
+   *  the earliest of a running Task's lease expiry and a push delivery's
+   *  next attempt); a store with TNX_CAP_DUE_INDEX keeps it with the record
+   *  and returns it on get and list. Opaque to the store otherwise: it is
+   *  not derived from the JSON. A store without the capability ignores it
+   *  on save and leaves it unset on output; a host reading a record from a
+   *  store built for 1.4 or older (TNX_HAS_FIELD false) takes TNX_TIME_NONE. */
+  int64_t due_us;
 } tnx_task_record;
 
 /**
@@ -300,8 +315,14 @@ typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
 #define TNX_FILTER_TENANT ((uint32_t)1u << 3)
 #define TNX_FILTER_AFTER ((uint32_t)1u << 4)
 #define TNX_FILTER_BEFORE ((uint32_t)1u << 5)
+/** ABI 1.5: only records whose due_us is not TNX_TIME_NONE and is
+ *  strictly before due_before_us. Sent only to a store with
+ *  TNX_CAP_DUE_INDEX (which answers at a cost that grows with the records
+ *  due, not with the records stored); any other store returns TNX_EINVAL or
+ *  TNX_EUNSUPPORTED for an unknown bit, and the host does not ask. */
+#define TNX_FILTER_DUE_BEFORE ((uint32_t)1u << 6)
 /** Every filter bit of this ABI version. */
-#define TNX_FILTER_ALL ((uint32_t)0x3fu)
+#define TNX_FILTER_ALL ((uint32_t)0x7fu)
 
 /** Largest page_size a store must honour; larger requests are clamped. */
 #define TNX_LIST_MAX_PAGE 1000u
@@ -359,6 +380,16 @@ typedef struct tnx_list_query {
    *  save expecting that gets TNX_ECONFLICT (the record exists).
    *  A 1.0 store ignores this field and stops as with 0. */
   uint32_t deliver_corrupt;
+
+  /* ---- ABI 1.5: read only when TNX_HAS_FIELD(q, tnx_list_query, m) ---- */
+
+  /** With TNX_FILTER_DUE_BEFORE: only records with due_us != TNX_TIME_NONE
+   *  and due_us < due_before_us (µs since the epoch). The order, paging and
+   *  other filters are those of every list. With deliver_corrupt, a record
+   *  that cannot be decoded is delivered only when its due time (kept apart
+   *  from the bytes that cannot be decoded) passes this filter: a due list
+   *  stays as short as what is due. */
+  int64_t due_before_us;
 } tnx_list_query;
 
 /* ======================================================================== */
@@ -669,6 +700,12 @@ typedef struct tnx_store_vtable {
  *  TNX_CAP_MULTI_PROCESS, is reported (tnx_store_vtable.watch). A plugin
  *  that can offer it only for some locations clears it per store. */
 #define TNX_CAP_CHANGE_FEED ((uint64_t)1u << 6)
+/** ABI 1.5: the store keeps tnx_task_record.due_us with every record
+ *  (durably, like the record, when persistent) and answers a list with
+ *  TNX_FILTER_DUE_BEFORE from an index: its cost grows with the records
+ *  due, not with the records stored. A host sweeps "what is due" with it
+ *  instead of listing every Task. */
+#define TNX_CAP_DUE_INDEX ((uint64_t)1u << 7)
 
 /** What the host tells the plugin about itself, passed to the entry. */
 typedef struct tnx_host_info {

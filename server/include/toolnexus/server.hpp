@@ -221,7 +221,15 @@ struct LeaseOptions {
   /// lease_ms (serve() refuses renew_interval_ms * 2 > lease_ms).
   int renew_interval_ms = 10000;
   /// How often this server looks for expired leases (also once at start).
+  /// On a store with a due index (capability due-index) such a look reads
+  /// only the Tasks due; see full_settle_interval_ms.
   int settle_interval_ms = 10000;
+  /// On a store with a due index: how often the look for expired leases
+  /// reads every submitted and working Task instead of only the due ones
+  /// (always at start), to find Tasks saved without a due time: by an older
+  /// server sharing the store, or by `toolnexus store put`. 0 = only at
+  /// start.
+  int full_settle_interval_ms = 3600000;
   /// How often each Task running here is re-read from the store to notice a
   /// cancel made by another server sharing the store (0 = renew_interval_ms;
   /// a renewal re-reads the Task too). When the Task is found canceled (or

@@ -6,6 +6,7 @@
 #include "wire/sse.hpp"
 #include "domain/task_lifecycle.hpp"
 #include "common/util.hpp"
+#include "toolnexus/task_store.h"
 
 #include <Poco/Exception.h>
 #include <Poco/Net/Context.h>
@@ -101,6 +102,20 @@ int64_t next_attempt_us(const rapidjson::Value &c) {
 }
 
 }  // namespace
+
+int64_t push_due_us(const Task &task) {
+  const rapidjson::Value *configs = configs_of(task);
+  if (configs == nullptr) return kNoTime;
+  const uint64_t seq = event_seq(task);
+  int64_t earliest = kNoTime;
+  for (const auto &c : configs->GetArray()) {
+    if (!c.IsObject() || !due(c, seq)) continue;
+    int64_t at = next_attempt_us(c);
+    if (at == 0) at = task.status_time_us() != kNoTime ? task.status_time_us() : 1;
+    if (earliest == kNoTime || at < earliest) earliest = at;
+  }
+  return earliest;
+}
 
 // ---------------------------------------------------------------------------
 // Configs
@@ -340,10 +355,12 @@ void PushDeliverer::notify(const Snapshot &snap) {
 
 void PushDeliverer::sweep_loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  bool first = true;
   while (!stopping_) {
     lock.unlock();
     try {
-      sweep();
+      sweep(first);
+      first = false;
     } catch (const std::exception &e) {
       log_.warn(std::string("push sweep failed: ") + e.what());
     }
@@ -353,10 +370,24 @@ void PushDeliverer::sweep_loop() {
   }
 }
 
-void PushDeliverer::sweep() {
-  // Candidates: Tasks whose status changed within the give-up window, and
-  // running ones (whose artifacts may be newer than their status).
+void PushDeliverer::sweep(bool full) {
+  // Candidates: with a due index and after the first sweep, the Tasks due
+  // now. Otherwise the Tasks whose status changed within the give-up
+  // window, and running ones (whose artifacts may be newer than their
+  // status): what was saved without a due time (by an older server, or
+  // before the store had the index) is found by the first sweep.
   std::vector<ListQuery> queries;
+  if (!full && (lifecycle_.store()->info().capabilities & TNX_CAP_DUE_INDEX) != 0) {
+    ListQuery q;
+    q.due_before_us = now_us() + 1;
+    queries.push_back(q);
+  } else {
+    add_full_sweep(queries);
+  }
+  run_sweep(queries);
+}
+
+void PushDeliverer::add_full_sweep(std::vector<ListQuery> &queries) const {
   ListQuery recent;
   recent.after_us = now_us() - int64_t{options_.give_up_after_ms} * 1000;
   queries.push_back(recent);
@@ -365,6 +396,9 @@ void PushDeliverer::sweep() {
     q.state = std::string(state);
     queries.push_back(q);
   }
+}
+
+void PushDeliverer::run_sweep(std::vector<ListQuery> &queries) {
   for (ListQuery &q : queries) {
     q.page_size = 200;
     q.deliver_corrupt = true;

@@ -27,7 +27,12 @@
 // config, so a restart or another replica carries on); after max_attempts
 // or give_up_after_ms of failures the config is marked "gaveUp" (logged)
 // until its next new event. A sweep at start and every sweep_interval_ms
-// picks up deliveries that another process left unfinished.
+// picks up deliveries that another process left unfinished: on a store
+// with a due index (TNX_CAP_DUE_INDEX) every save records when the Task's
+// next delivery is due (push_due_us, through LifecycleOptions::due_of), and
+// the sweeps after the first read only what is due; the first sweep, and
+// every sweep on a store without the index, lists the Tasks changed within
+// give_up_after_ms and the running ones.
 //
 // Targets (SSRF, section 13.2): a webhook URL must be http or https; its
 // host is resolved at config time and again at each delivery, and the POST
@@ -100,6 +105,13 @@ bool remove_push_config(Task &task, std::string_view id);
 void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view task_id, std::string_view tenant,
                        Dialect d);
 
+/// When the Task's next push delivery is due, in µs since the epoch: the
+/// earliest "nextAttemptAt" of a config with events it has not delivered
+/// and has not given up on, the Task's status time (or 1) for such a config
+/// without one (due now); kNoTime when no delivery is pending. Pure; the
+/// value a save records as the Task's due time (SaveOptions::due_us).
+int64_t push_due_us(const Task &task);
+
 /// The target a webhook URL's deliveries are scheduled under: its origin,
 /// "scheme://host:port" in lower case ("" for a URL that does not parse).
 std::string target_of(std::string_view url);
@@ -130,7 +142,11 @@ class PushDeliverer {
  private:
   using Clock = std::chrono::steady_clock;
   void sweep_loop();
-  void sweep();
+  /// One sweep: `full` lists every candidate (the first sweep), otherwise
+  /// only what is due when the store has a due index.
+  void sweep(bool full);
+  void add_full_sweep(std::vector<ListQuery> &queries) const;
+  void run_sweep(std::vector<ListQuery> &queries);
   /// Delivers Task `id`'s due events to the configs whose webhook is
   /// `target` (target_of()); returns whether every POST succeeded.
   bool deliver(const std::string &target, const std::string &id);

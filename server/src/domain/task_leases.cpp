@@ -183,11 +183,64 @@ bool TaskLifecycle::settle_one(TaskRecord &rec) {
   return false;
 }
 
+int64_t TaskLifecycle::due_time(const Task &task) const {
+  int64_t due = kNoTime;
+  const std::string_view state = task.state();
+  if (state == ts::kSubmitted || state == ts::kWorking) {
+    const Lease l = read_lease(task);
+    if (l.present) due = l.expires_us;  // kNoTime for an unreadable expiry: the full sweep's
+    else if (task.status_time_us() != kNoTime) due = task.status_time_us() + int64_t{options_.lease_ms} * 1000;
+  }
+  if (options_.due_of) {
+    const int64_t other = options_.due_of(task);
+    if (other != kNoTime && (due == kNoTime || other < due)) due = other;
+  }
+  return due;
+}
+
+std::size_t TaskLifecycle::settle_due() {
+  if ((store_->info().capabilities & TNX_CAP_DUE_INDEX) == 0) return settle_expired();
+  ListQuery q;
+  q.due_before_us = now_us() + 1;
+  std::size_t settled = settle_pages(q, false);  // the full sweeps report unreadable records
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(undated_mu_);
+    ids.assign(undated_.begin(), undated_.end());
+  }
+  for (const std::string &id : ids) {
+    std::optional<TaskRecord> rec = store_->get(id);
+    // Still running and still undated: settle it when abandoned, else keep
+    // looking. Anything else (gone, ended, saved with a due time) leaves.
+    bool keep = false;
+    if (rec && (rec->state == ts::kSubmitted || rec->state == ts::kWorking) && rec->due_us == kNoTime) {
+      if (settle_one(*rec)) ++settled;
+      else keep = true;
+    }
+    if (!keep) {
+      std::lock_guard<std::mutex> lock(undated_mu_);
+      undated_.erase(id);
+    }
+  }
+  return settled;
+}
+
 std::size_t TaskLifecycle::settle_expired() {
   std::size_t settled = 0;
   for (const std::string_view state : {ts::kSubmitted, ts::kWorking}) {
     ListQuery q;
     q.state = std::string(state);
+    settled += settle_pages(q, state == ts::kSubmitted);
+    std::lock_guard<std::mutex> lock(maint_mu_);
+    if (stop_maintenance_) break;
+  }
+  return settled;
+}
+
+std::size_t TaskLifecycle::settle_pages(ListQuery q, bool report_unreadable) {
+  std::size_t settled = 0;
+  const bool due_indexed = (store_->info().capabilities & TNX_CAP_DUE_INDEX) != 0;
+  {
     q.page_size = 200;
     // One unreadable record must not stop the sweep for every other Task:
     // the store hands it over (ABI 1.1 deliver_corrupt, version 0) and it
@@ -207,10 +260,21 @@ std::size_t TaskLifecycle::settle_expired() {
                     recs.end());
       for (TaskRecord &rec : recs) {
         if (rec.version == 0) {
-          if (state == ts::kSubmitted)  // delivered to both passes: report once
+          if (report_unreadable)  // delivered to both passes of a full sweep: report once
             log_.warn("lease sweep: skipping an unreadable record '" + rec.id + "'" +
                       (rec.problem.empty() ? std::string() : ": " + rec.problem) +
                       " (run `toolnexus store check` on the store)");
+          continue;
+        }
+        if (due_indexed && rec.due_us == kNoTime && (rec.state == ts::kSubmitted || rec.state == ts::kWorking)) {
+          // Saved without a due time: no due list will name it.
+          const std::string id = rec.id;
+          if (settle_one(rec)) {
+            ++settled;
+          } else {
+            std::lock_guard<std::mutex> lock(undated_mu_);
+            undated_.insert(id);
+          }
           continue;
         }
         if (settle_one(rec)) ++settled;
@@ -256,12 +320,21 @@ void TaskLifecycle::renewer_loop() {
 }
 
 void TaskLifecycle::settler_loop() {
+  using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(std::max(5, options_.settle_interval_ms));
+  // The first sweep is full; later ones read what is due (on a store with
+  // a due index), with a full one every full_settle_interval_ms.
+  Clock::time_point next_full = Clock::now();
   std::unique_lock<std::mutex> lock(maint_mu_);
   while (!stop_maintenance_) {
     lock.unlock();
     try {
-      const std::size_t n = settle_expired();
+      const bool full = Clock::now() >= next_full;
+      if (full)
+        next_full = options_.full_settle_interval_ms > 0
+                        ? Clock::now() + std::chrono::milliseconds(options_.full_settle_interval_ms)
+                        : Clock::time_point::max();
+      const std::size_t n = full ? settle_expired() : settle_due();
       if (n != 0) log_.info("lease sweep settled " + std::to_string(n) + " abandoned Task(s)");
     } catch (const std::exception &e) {
       log_.error(std::string("lease sweep failed: ") + e.what());

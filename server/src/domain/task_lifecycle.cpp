@@ -234,6 +234,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     so.expected_version = cas_ ? kNoVersion : kAnyVersion;
     so.owner = owner;
     so.tenant = tenant;
+    so.due_us = due_time(snap.task);
     snap.version = store_->save(snap.task, so);
   }
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
@@ -351,6 +352,7 @@ bool TaskLifecycle::save_unsaved(const std::string &id, const std::shared_ptr<Ac
   so.expected_version = kNoVersion;
   so.owner = s.owner;
   so.tenant = s.tenant;
+  so.due_us = due_time(s.task);
   try {
     s.version = store_->save(s.task, so);
   } catch (const StoreError &e) {

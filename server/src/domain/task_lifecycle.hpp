@@ -49,6 +49,7 @@
 #include <rapidjson/document.h>
 
 #include <array>
+#include <set>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -126,6 +127,17 @@ struct LifecycleOptions {
   int progress_interval_ms = 100;
   /// Unique among servers sharing the store.
   std::string instance_id;
+  /// When a Task is due for something besides its lease (µs since the
+  /// epoch, kNoTime = nothing), e.g. push_due_us; the earlier of it and the
+  /// lease's expiry is saved as the Task's due time (SaveOptions::due_us),
+  /// which a store with TNX_CAP_DUE_INDEX lists by. Empty = leases only.
+  /// Called on any thread, under no lock of the lifecycle; must be pure.
+  std::function<int64_t(const Task &)> due_of;
+  /// With a due index, the lease sweep lists only the Tasks due; a full
+  /// sweep (every submitted and working Task, as on a store without the
+  /// index) runs at start and then this often, for Tasks saved without a
+  /// due time (by an older server, or by hand). 0 = only at start.
+  int full_settle_interval_ms = 3600000;
   /// History a client's message may grow a Task to (ServerLimits::max_task_history).
   std::size_t max_task_history = 1000;
   /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
@@ -250,6 +262,17 @@ class TaskLifecycle {
   /// Returns how many were settled.
   std::size_t settle_expired();
 
+  /// One sweep of the Tasks due now (a store with TNX_CAP_DUE_INDEX; on
+  /// any other, settle_expired()): settles those whose lease expired, as
+  /// settle_expired() does. Returns how many were settled.
+  std::size_t settle_due();
+
+  /// The due time a save of `task` records (SaveOptions::due_us): for a
+  /// submitted or working Task its lease's expiry (without a lease, its
+  /// status time + lease_ms), the earlier of that and
+  /// LifecycleOptions::due_of; kNoTime when nothing is due. Thread-safe.
+  int64_t due_time(const Task &task) const;
+
   /// Renews the leases of this instance's Tasks that are due, and re-reads
   /// the other running Tasks not checked for cancel_poll_ms. A Task found
   /// canceled, terminal, removed or leased by another instance gets its
@@ -353,6 +376,9 @@ class TaskLifecycle {
   static void mark_stored(ActiveTask &active);
   void fail_unstarted(WorkItem &item, const char *why);
   bool settle_one(TaskRecord &rec);
+  /// Settles what the pages of `q` hold (deliver_corrupt set here);
+  /// `report_unreadable` logs records the store cannot decode.
+  std::size_t settle_pages(ListQuery q, bool report_unreadable);
   /// A progress report is held until `when`: the renewer wakes then
   /// (flush_progress) unless it is due to wake sooner. Thread-safe.
   void flush_at(std::chrono::steady_clock::time_point when);
@@ -410,6 +436,12 @@ class TaskLifecycle {
   std::atomic<int64_t> next_flush_{std::numeric_limits<int64_t>::max()};
   std::thread renewer_;
   std::thread settler_;
+  /// Submitted and working Tasks a full sweep found without a due time
+  /// (saved by an older server or by hand) on a store with a due index:
+  /// settle_due() re-reads each, until it is settled, ends, or is saved
+  /// with a due time. Guarded by undated_mu_.
+  std::mutex undated_mu_;
+  std::set<std::string> undated_;
 
   std::atomic<bool> stopping_{false};
   /// When this lifecycle was made (now_us()): a lease of this instance that

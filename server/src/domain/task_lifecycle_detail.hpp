@@ -86,6 +86,7 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
     so.expected_version = cas_ ? r.snap.version : kAnyVersion;
     so.owner = r.snap.owner;
     so.tenant = r.snap.tenant;
+    so.due_us = due_time(r.snap.task);
     try {
       r.snap.version = store_->save(r.snap.task, so);
       watch_.publish(r.snap);

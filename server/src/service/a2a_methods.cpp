@@ -58,6 +58,18 @@ struct ThreadState {
     doc.SetNull();
     alloc.Clear();
   }
+  /// ListTasks and GetTask parse each stored record into this, in place
+  /// (TaskRecord::a2a_task_in_place), one after the other: the request's
+  /// `doc` holds the params meanwhile. An echo Task's values take ~3 KiB
+  /// (strings stay in the record); a bigger one spills into heap chunks.
+  static constexpr std::size_t kStoredBuffer = 16 * 1024;
+  char stored_buffer[kStoredBuffer];
+  rapidjson::MemoryPoolAllocator<> stored_alloc{stored_buffer, kStoredBuffer};
+  rapidjson::Document stored{&stored_alloc};
+  void reset_stored() {
+    stored.SetNull();
+    stored_alloc.Clear();
+  }
 };
 
 ThreadState &thread_state() {
@@ -719,10 +731,14 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
     }
     return;
   }
-  const Task task = rec->a2a_task();
+  // Parsed in place into the per-thread document (ListTasks does the same).
+  ThreadState &st = thread_state();
+  st.reset_stored();
+  rec->a2a_task_in_place(st.stored);
   TaskView view;
   view.history_length = history_length.value_or(-1);
-  write_view(w, task, call.dialect, view);
+  write_task(w, st.stored, call.dialect, view);
+  st.reset_stored();
 }
 
 void A2AMethods::cancel_task(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
@@ -796,23 +812,29 @@ void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, 
   // index, not a scan of every record); a record known to be unreadable is
   // not counted.
   const uint64_t total = lifecycle_.store()->count(q);
-  std::vector<Task> tasks;
-  tasks.reserve(page.records.size());
-  for (const TaskRecord &rec : page.records) {
+  w.StartObject();
+  w.Key("tasks");
+  w.StartArray();
+  // Each record is parsed in place into one per-thread document and
+  // written at once: no Task (and no copy of its strings) per record. A
+  // record is written only after every check passed, so one that fails
+  // leaves nothing behind in `w`.
+  ThreadState &st = thread_state();
+  for (TaskRecord &rec : page.records) {
     try {
       if (rec.version == 0) throw StoreError(Status::corrupt, "stored task '" + rec.id + "' is unreadable" +
                                                                   (rec.problem.empty() ? "" : ": " + rec.problem));
-      tasks.push_back(rec.a2a_task());
+      st.reset_stored();
+      rec.a2a_task_in_place(st.stored);
     } catch (const StoreError &e) {
       if (e.code() != Status::corrupt) throw;
       log_.error(std::string("ListTasks left out an unreadable record (run `toolnexus store check` on the "
                              "store): ") + e.what());
+      continue;
     }
+    write_task(w, st.stored, call.dialect, view);
   }
-  w.StartObject();
-  w.Key("tasks");
-  w.StartArray();
-  for (const Task &task : tasks) write_view(w, task, call.dialect, view);
+  st.reset_stored();
   w.EndArray();
   w.Key("nextPageToken");
   w.String(page.next_cursor.data(), static_cast<rapidjson::SizeType>(page.next_cursor.size()));

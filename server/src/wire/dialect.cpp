@@ -263,7 +263,9 @@ void write_task_v1(JsonWriter &w, const rapidjson::Value &task, const TaskView &
 
 // SAX filter for filter_stored_task_v03: copies events to a writer, leaving
 // out private members of the top-level "metadata" object (and "metadata"
-// itself when nothing public is in it), records the top-level "id", and
+// itself when nothing public is in it), stops at nesting deeper than
+// kMaxTaskDepth (which Task::parse and parse_stored refuse), records the
+// top-level "id", and
 // notes what a2a_task_problem() asks of a served Task (a non-empty string
 // "contextId", a "status" object with a "state", "kind" "task" if present).
 template <class Writer>
@@ -391,7 +393,7 @@ struct StoredTaskFilter {
     return w.Key(s, n);
   }
   bool StartObject() {
-    ++depth;
+    if (++depth > kMaxTaskDepth) return false;  // as every other read refuses it
     next_is_id = false;
     shape_open(true);
     if (skip > 0 || skip_scalar) {
@@ -421,7 +423,7 @@ struct StoredTaskFilter {
     return w.EndObject();
   }
   bool StartArray() {
-    ++depth;
+    if (++depth > kMaxTaskDepth) return false;
     next_is_id = false;
     shape_open(false);
     if (skip > 0 || skip_scalar) {

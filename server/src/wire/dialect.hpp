@@ -98,7 +98,8 @@ void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d);
 /// The v0.3 view of stored Task bytes without building a DOM (GetTask's fast
 /// path): appends to `out` the JSON of `json` less its private metadata.
 /// Returns false (leaving `out` with partial output the caller discards)
-/// when `json` is not one well-formed, UTF-8-valid JSON object (no lone surrogate escape) whose
+/// when `json` is not one well-formed, UTF-8-valid JSON object (no lone
+/// surrogate escape, nesting at most kMaxTaskDepth) whose
 /// top-level "id" is `id` (bytes that belong to another Task are never
 /// served as this one), or lacks what a2a_task_problem() requires (a
 /// non-empty "contextId", "status" with a "state", "kind" "task" if
