@@ -1,12 +1,15 @@
 // `toolnexus store ...`: inspect, copy and check Task stores through the same
 // resolve_store() the server uses.
 #include "commands.hpp"
+#include "line_reader.hpp"
 #include "options.hpp"
+#include "store_common.hpp"
 
 #include "toolnexus/registry.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,12 +20,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
-#include <random>
 #include <sstream>
 
 namespace toolnexus::cli {
-namespace {
+namespace store_detail {
 
 const char *kHelp =
     "usage: toolnexus store COMMAND [--plugin-dir DIR]... [--allow-insecure-plugins] ARGS\n"
@@ -33,9 +34,15 @@ const char *kHelp =
     "                             `store get` printed: refused if it changed since) or\n"
     "                             --force; owner and tenant not given are kept\n"
     "                             exit 1: the Task exists / changed since it was read\n"
-    "                             JSON lines (one Task per line): all saved in one\n"
-    "                             transaction where the store allows, else line by line;\n"
-    "                             errors name the line\n"
+    "                             JSON lines (one Task per line): streamed (memory of a\n"
+    "                             few Tasks); one transaction where the store has them\n"
+    "                             (sqlite, postgres: a bad line or an existing Task saves\n"
+    "                             nothing), else Task by Task with grouped fsyncs (file:\n"
+    "                             a FILE is checked whole first; a pipe is checked as\n"
+    "                             read, and a failure leaves the lines before the one\n"
+    "                             named saved and says how many); errors name the line\n"
+    "      [--resume]             skip Tasks stored as the input has them: run a put\n"
+    "                             that stopped (bad line, crash, kill) again to finish it\n"
     "      [--running-as STATE]   a submitted or working Task without a server's lease\n"
     "                             is refused (exit 2, nothing saved): no server runs it,\n"
     "                             and a server would fail it (\"stopped before finishing\n"
@@ -48,7 +55,8 @@ const char *kHelp =
     "                             (--json: one JSON object per line)\n"
     "                             exit 1: some records could not be read (each reported, skipped)\n"
     "  rm SELECTOR ID             delete a Task                 exit 1: no such Task\n"
-    "  copy FROM TO               copy every Task (owner and tenant kept); safe to re-run\n"
+    "  copy FROM TO               copy every Task (owner and tenant kept); safe to re-run;\n"
+    "                             streamed, in one transaction where TO has them\n"
     "                             exit 1: some records could not be read (each reported)\n"
     "  check SELECTOR             read every record, report each corrupt or invalid one\n"
     "                             exit 1: some record is not sound\n"
@@ -60,10 +68,6 @@ const char *kHelp =
 int usage_error(const std::string &msg) {
   std::cerr << "toolnexus store: " << msg << "\n" << kHelp;
   return 2;
-}
-
-std::string read_all(std::istream &in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // True when selectors `a` and `b` name the same store as far as the CLI can
@@ -158,11 +162,6 @@ std::string unsound(const TaskRecord &r) {
   if (t.status_time_us() != r.status_time_us) return "index status time differs from the JSON's status.timestamp";
   return "";
 }
-
-// get, list, check and the source of copy only read: they open with
-// OpenOptions::read_only, so a mistyped selector is "no store at ..." (exit
-// 2) instead of a new empty store, and nothing is migrated or cleaned up.
-const OpenOptions kInspect{true};
 
 // A progress bar on stderr when it is a terminal: done/total, the rate
 // (Tasks/s, since the start) and the time left at that rate.
@@ -273,17 +272,30 @@ bool valid_running_as(const std::string &s) {
          s == task_state::kCanceled || s == task_state::kRejected || s == task_state::kCompleted;
 }
 
+// The messageId of the status message --running-as gives the Task of
+// input `text`: "import-" and 16 hex digits of its FNV-1a hash, the same
+// for the same input, so that a put run again (--resume) knows its own
+// import.
+std::string import_message_id(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string mid = "import-";
+  for (int i = 15; i >= 0; --i) mid += kHex[(h >> (4 * i)) & 15];
+  return mid;
+}
+
 // Moves `t` (unheld_running) to `state`, with an agent status message (also
-// added to its history) that says what was done and why.
-void reset_running(Task &t, const std::string &state) {
+// added to its history, its messageId `mid`) that says what was done and
+// why.
+void reset_running(Task &t, const std::string &state, const std::string &mid) {
   auto &a = t.allocator();
   const std::string was(t.state());
   const std::string text = "Imported by `toolnexus store put --running-as " + state + "` while " + was +
                            ": no server was running this Task, so it was set to " + state + ".";
-  static const char kHex[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string mid = "import-";
-  for (int i = 0; i < 16; ++i) mid += kHex[rd() & 15];
   auto make = [&] {
     rapidjson::Value m(rapidjson::kObjectType);
     m.AddMember("role", "agent", a);
@@ -310,13 +322,17 @@ void reset_running(Task &t, const std::string &state) {
   t.set_status(state, make());
 }
 
-// Applies --running-as to `t`: "" when it may be saved (reset when it was
-// an unheld running Task and the option is given), else why not.
-std::string running_as(const Options &o, Task &t) {
+// Applies --running-as to `t`, read from input `text`: "" when it may be
+// saved (reset when it was an unheld running Task and the option is
+// given; `import_id`, if given, then receives its status message's
+// messageId), else why not.
+std::string running_as(const Options &o, Task &t, std::string_view text, std::string *import_id) {
   if (!unheld_running(t)) return "";
   const auto v = o.value("--running-as");
   if (!v) return unheld_running_why(t);
-  reset_running(t, *v);
+  const std::string mid = import_message_id(text);
+  reset_running(t, *v, mid);
+  if (import_id != nullptr) *import_id = mid;
   return "";
 }
 
@@ -333,97 +349,24 @@ SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &curre
   return so;
 }
 
-// Several Tasks, one per line: checked first (every bad line reported, then
-// nothing saved), then saved in one transaction (save_batch) where the
-// store has them, else one by one. Default: new Tasks only; --force
-// replaces, keeping owner and tenant not given.
-int put_lines(const Options &o, const std::string &text) {
-  std::vector<Task> tasks;
-  std::vector<size_t> line_of;
-  size_t line = 0, bad = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string l = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line;
-    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
-    if (l.empty()) continue;
-    Task t;
-    std::string why = parse_a2a_task(l, t);
-    if (why.empty()) why = running_as(o, t);
-    if (!why.empty()) {
-      std::cerr << "toolnexus store put: line " << line << ": " << why << "\n";
-      ++bad;
-      continue;
-    }
-    tasks.push_back(std::move(t));
-    line_of.push_back(line);
-  }
-  if (bad != 0) {
-    std::cerr << "toolnexus store put: " << bad << " bad line(s); nothing was saved\n";
-    return 2;
-  }
-  if (o.value("--expect-version"))
-    return usage_error("--expect-version applies to one Task; a JSON-lines stream takes --force or nothing");
-  const bool force = o.flag("--force");
-  auto s = resolve_store(o.positional[1]);
-  std::vector<BatchItem> items(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    items[i].task = &tasks[i];
-    std::optional<TaskRecord> current;
-    if (force) current = s->get(tasks[i].id());
-    items[i].options = put_options(o, current);
-    items[i].options.expected_version = force ? kAnyVersion : kNoVersion;
-  }
-  auto report = [&](size_t index, const StoreError &e) {
-    std::cerr << "toolnexus store put: line " << line_of[index] << " (Task '" << printable(tasks[index].id())
-              << "'): " << (e.code() == Status::conflict ? "a Task with this id exists (use --force to replace it)"
-                                                         : std::string(e.what()))
-              << "\n";
-  };
-  try {
-    s->save_batch(items);
-    s->close();
-    std::cout << "saved " << tasks.size() << " Task(s) in one transaction\n";
-    return 0;
-  } catch (const BatchError &e) {
-    if (e.index() < tasks.size()) report(e.index(), e);
-    else std::cerr << "toolnexus store put: " << e.what() << "\n";
-    std::cerr << "toolnexus store put: nothing was saved\n";
-    return e.code() == Status::conflict ? 1 : 2;
-  } catch (const StoreError &e) {
-    if (e.code() != Status::unsupported) throw;
-  }
-  // No transactions here (e.g. file:, one file per Task): line by line.
-  for (size_t i = 0; i < items.size(); ++i) {
-    try {
-      s->save(tasks[i], items[i].options);
-    } catch (const StoreError &e) {
-      report(i, e);
-      std::cerr << "toolnexus store put: lines before line " << line_of[i] << " were saved (" << i
-                << " Task(s)); this store saves line by line, not in one transaction; later lines were not saved\n";
-      return e.code() == Status::conflict ? 1 : 2;
-    }
-  }
-  s->close();
-  std::cout << "saved " << tasks.size() << " Task(s), one by one (the store has no transactions)\n";
-  return 0;
-}
-
 int cmd_put(const Options &o) {
   if (o.positional.size() < 2 || o.positional.size() > 3) return usage_error("put takes SELECTOR [FILE]");
-  std::string text;
-  if (o.positional.size() == 2 || o.positional[2] == "-") {
-    text = read_all(std::cin);
-  } else {
-    std::ifstream f(o.positional[2], std::ios::binary);
-    if (!f) {
-      std::cerr << "toolnexus store put: cannot read '" << o.positional[2] << "': " << std::strerror(errno) << "\n";
+  int fd = 0;
+  std::string name = "stdin";
+  if (o.positional.size() == 3 && o.positional[2] != "-") {
+    name = o.positional[2];
+    fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      std::cerr << "toolnexus store put: cannot read '" << name << "': " << std::strerror(errno) << "\n";
       return 2;
     }
-    text = read_all(f);
   }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd > 0) ::close(fd);
+    }
+  } close_fd{fd};
   if (o.flag("--force") && o.value("--expect-version"))
     return usage_error("--force and --expect-version exclude each other");
   if (auto v = o.value("--running-as"); v && !valid_running_as(*v))
@@ -441,21 +384,32 @@ int cmd_put(const Options &o) {
                          *v + "'");
     }
   }
+  // JSON lines when the first line is a whole Task and another follows;
+  // else the input is one JSON document (read whole: one Task).
+  LineReader in(fd, name);
+  std::string text, second;
+  size_t first_no = 0, second_no = 0;
+  if (in.next(text, first_no)) {
+    bool first_is_task = true;
+    try {
+      (void)Task::parse(text);
+    } catch (const InvalidTask &) {
+      first_is_task = false;
+    }
+    if (first_is_task && in.next(second, second_no)) {
+      in.push_back(std::move(text), first_no);
+      in.push_back(std::move(second), second_no);
+      return put_lines(o, in);
+    }
+    if (!first_is_task) {
+      text.push_back('\n');
+      in.rest(text);
+    }
+  }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   Task t;
   std::string why = parse_a2a_task(text, t);
-  if (!why.empty() && text.find('\n') != std::string::npos) {
-    // Not one JSON document: a JSON-lines stream, unless the first line is
-    // a whole Task only (then the lines are the import).
-    Task first;
-    const std::string first_line = text.substr(0, text.find('\n'));
-    try {
-      first = Task::parse(first_line);
-      return put_lines(o, text);
-    } catch (const InvalidTask &) {
-    }
-  }
-  if (why.empty()) why = running_as(o, t);
+  if (why.empty()) why = running_as(o, t, text);
   if (!why.empty()) {
     std::cerr << "toolnexus store put: " << why << "\n";
     return 2;
@@ -597,35 +551,55 @@ int cmd_copy(const Options &o) {
   ListQuery q;
   q.page_size = 500;
   q.deliver_corrupt = true;
-  uint64_t total = 0;
-  {
-    ListQuery cq = q;
-    cq.omit_json = true;
-    for_each_record(*from, cq, [&](const TaskRecord &) { ++total; });
-  }
+  const uint64_t total = ::isatty(2) == 1 ? from->count(ListQuery{}) : 0;  // only the progress bar needs it
   Progress progress(total);
+  // Page by page from FROM into save_stream of TO: one page and one Task
+  // in memory at a time, one transaction where TO has them, else Task by
+  // Task with the fsyncs grouped.
   uint64_t copied = 0, failed = 0, seen = 0;
-  for_each_record(*from, q, [&](const TaskRecord &r) {
-    ++seen;
-    // A record that is not sound (unparsable, or JSON of another id) is
-    // reported, never copied: copying it would overwrite the real Task.
-    const std::string why = unsound(r);
-    if (!why.empty()) {
-      ++failed;
-      if (::isatty(2)) std::fprintf(stderr, "\n");
-      std::cerr << "toolnexus store copy: cannot copy record '" << printable(r.id) << "' of " << o.positional[1]
-                << ": " << printable(why) << "\n";
+  ListPage page;
+  size_t at = 0;
+  bool more = true, started = false;
+  Task task;
+  BatchItem item;
+  item.task = &task;
+  item.options.expected_version = kAnyVersion;
+  auto source = [&]() -> const BatchItem * {
+    started = true;
+    for (;;) {
+      if (at == page.records.size()) {
+        if (!more) return nullptr;
+        page = from->list(q);
+        at = 0;
+        more = !page.next_cursor.empty();
+        q.cursor = std::move(page.next_cursor);
+        if (page.records.empty()) continue;
+      }
+      const TaskRecord &r = page.records[at++];
+      ++seen;
       progress.step(seen);
-      return;
+      // A record that is not sound (unparsable, or JSON of another id) is
+      // reported, never copied: copying it would overwrite the real Task.
+      const std::string why = unsound(r);
+      if (!why.empty()) {
+        ++failed;
+        if (::isatty(2)) std::fprintf(stderr, "\n");
+        std::cerr << "toolnexus store copy: cannot copy record '" << printable(r.id) << "' of " << o.positional[1]
+                  << ": " << printable(why) << "\n";
+        continue;
+      }
+      task = Task::parse(r.json);
+      item.options.owner = r.owner;
+      item.options.tenant = r.tenant;
+      return &item;
     }
-    Task t = Task::parse(r.json);
-    SaveOptions so;
-    so.owner = r.owner;
-    so.tenant = r.tenant;
-    to->save(t, so);
-    ++copied;
-    progress.step(seen);
-  });
+  };
+  try {
+    copied = to->save_stream(source, true);
+  } catch (const StoreError &e) {
+    if (e.code() != Status::unsupported || started) throw;
+    copied = to->save_stream(source, false);
+  }
   progress.finish();
   to->close();
   std::cout << "copied " << copied << " Task(s), " << failed << " unreadable\n";
@@ -652,10 +626,12 @@ int cmd_check(const Options &o) {
   return bad == 0 ? 0 : 1;
 }
 
-}  // namespace
+}  // namespace store_detail
+
+using namespace store_detail;
 
 int run_store(int argc, char **argv) {
-  Options o(argc, argv, {"--json", "--force"},
+  Options o(argc, argv, {"--json", "--force", "--resume"},
             {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version", "--running-as"});
   if (o.help) {
     std::cout << kHelp;

@@ -44,7 +44,9 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, save_batch) == 5
 // ABI 1.4 appended watch and unwatch; 1.3's vtable ended at 64.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, watch) == 64);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, unwatch) == 72);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 80);
+// ABI 1.5 appended save_stream; 1.4's vtable ended at 80.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_store_vtable, save_stream) == 80);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_store_vtable) == 88);
 // ABI 1.4's tnx_change.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_change, kind) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_change, id) == 16);

@@ -5,6 +5,7 @@
 #include "change_hub.hpp"
 
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
@@ -62,6 +63,7 @@ class PluginStore final : public TaskStore {
         handle_(handle),
         has_count_(TNX_HAS_FIELD(vt_, tnx_store_vtable, count) && vt_->count != nullptr),
         has_batch_(TNX_HAS_FIELD(vt_, tnx_store_vtable, save_batch) && vt_->save_batch != nullptr),
+        has_stream_(TNX_HAS_FIELD(vt_, tnx_store_vtable, save_stream) && vt_->save_stream != nullptr),
         has_watch_(TNX_HAS_FIELD(vt_, tnx_store_vtable, unwatch) && vt_->watch != nullptr &&
                    vt_->unwatch != nullptr),
         serialize_((capabilities & TNX_CAP_THREAD_SAFE) == 0),
@@ -249,7 +251,99 @@ class PluginStore final : public TaskStore {
     return versions;
   }
 
+  uint64_t do_save_stream(const RecordSource &source, bool one_transaction) override {
+    refuse_if_read_only("save");
+    if (has_stream_) {
+      StreamCtx ctx;
+      ctx.source = &source;
+      uint64_t done = 0;
+      char err[kErrCap] = {0};
+      tnx_status rc;
+      {
+        Guard g(*this);
+        rc = vt_->save_stream(handle_, &on_source, &ctx, one_transaction ? TNX_SAVE_STREAM_ONE_TRANSACTION : 0u,
+                              &done, err, kErrCap);
+      }
+      if (ctx.error) std::rethrow_exception(ctx.error);  // the source stopped it: its own reason
+      if (rc == TNX_OK) return done;
+      if (rc != TNX_EUNSUPPORTED || ctx.taken != 0) {
+        try {
+          check(rc, err, "save of a stream");
+        } catch (const StoreError &e) {
+          throw BatchError(e.code(), e.what(), static_cast<size_t>(done));
+        }
+      }
+      // Not offered for these flags, and nothing taken yet: as a plugin
+      // without save_stream (a store whose save_batch saves nothing either
+      // has no transactions: unsupported, and the caller asks again).
+      if (!one_transaction) return TaskStore::do_save_stream(source, one_transaction);
+    }
+    if (one_transaction && batch_offered()) {
+      // A plugin of ABI 1.3/1.4 (or one whose store streams nothing, as
+      // memory): one save_batch of everything, so memory grows with the
+      // input (the price of keeping it one transaction).
+      std::vector<TaskRecord> recs;
+      std::vector<uint64_t> expected;
+      uint64_t e = kAnyVersion;
+      while (const TaskRecord *r = source(e)) {
+        recs.push_back(*r);
+        expected.push_back(e);
+      }
+      if (recs.empty()) return 0;
+      return do_save_batch(recs, expected).size();
+    }
+    return TaskStore::do_save_stream(source, one_transaction);
+  }
+
  private:
+  // Whether save_batch saves batches: an empty one (TNX_OK by the ABI)
+  // tells a plugin whose save_batch only says TNX_EUNSUPPORTED, before a
+  // stream is read into memory for it.
+  bool batch_offered() {
+    if (!has_batch_) return false;
+    uint64_t failed = 0;
+    char err[kErrCap] = {0};
+    Guard g(*this);
+    return vt_->save_batch(handle_, nullptr, nullptr, 0, nullptr, &failed, err, kErrCap) == TNX_OK;
+  }
+
+  // What the tnx_record_source of do_save_stream works with.
+  struct StreamCtx {
+    const RecordSource *source = nullptr;
+    tnx_task_record rec{};
+    uint64_t taken = 0;
+    std::exception_ptr error;  // the source's exception, rethrown once the plugin returned
+  };
+  // The tnx_record_source: never lets an exception into the plugin.
+  static tnx_status on_source(void *c, const tnx_task_record **out, uint64_t *expected) noexcept {
+    auto *ctx = static_cast<StreamCtx *>(c);
+    *out = nullptr;
+    if (ctx->error) return TNX_EINVAL;  // stopped already (a plugin that asks again)
+    try {
+      uint64_t e = kAnyVersion;
+      const TaskRecord *r = (*ctx->source)(e);
+      if (r == nullptr) return TNX_OK;
+      tnx_task_record &cr = ctx->rec;
+      cr = tnx_task_record{};
+      cr.header = tnx_header(sizeof cr);
+      cr.id = cstr(r->id);
+      cr.context_id = cstr(r->context_id);
+      cr.state = cstr(r->state);
+      cr.status_time_us = r->status_time_us;
+      cr.owner = cstr(r->owner);
+      cr.tenant = cstr(r->tenant);
+      cr.task_json = cstr(r->json);
+      cr.due_us = r->due_us;
+      *expected = e;
+      *out = &cr;
+      ++ctx->taken;
+      return TNX_OK;
+    } catch (...) {
+      ctx->error = std::current_exception();
+      return TNX_EINVAL;
+    }
+  }
+
   // Shared lock for calls (exclusive when the plugin is not thread-safe), so
   // close() never runs concurrently with a call.
   class Guard {
@@ -383,6 +477,7 @@ class PluginStore final : public TaskStore {
   tnx_store *handle_;
   const bool has_count_;  // the vtable has a count function (ABI 1.3)
   const bool has_batch_;  // the vtable has a save_batch function (ABI 1.3)
+  const bool has_stream_;  // the vtable has a save_stream function (ABI 1.5)
   const bool has_watch_;  // the vtable has watch and unwatch (ABI 1.4)
   const bool serialize_;
   const uint64_t capabilities_;

@@ -77,6 +77,40 @@ std::vector<uint64_t> TaskStore::do_save_batch(const std::vector<TaskRecord> &, 
   throw StoreError(Status::unsupported, "this store saves no batches (save one by one)");
 }
 
+uint64_t TaskStore::save_stream(const BatchSource &source, bool one_transaction) {
+  TaskRecord rec;
+  uint64_t index = 0;
+  return do_save_stream(
+      [&](uint64_t &expected) -> const TaskRecord * {
+        const BatchItem *item = source();
+        if (item == nullptr) return nullptr;
+        const uint64_t i = index++;
+        if (item->task == nullptr) throw BatchError(Status::invalid_argument, "stream item has no Task", i);
+        try {
+          rec = record_of(*item->task, item->options);
+        } catch (const InvalidTask &e) {
+          throw BatchError(Status::invalid_argument, e.what(), i);
+        }
+        expected = item->options.expected_version;
+        return &rec;
+      },
+      one_transaction);
+}
+
+uint64_t TaskStore::do_save_stream(const RecordSource &source, bool one_transaction) {
+  if (one_transaction) throw StoreError(Status::unsupported, "this store saves no streams in one transaction");
+  uint64_t n = 0, expected = kAnyVersion;
+  while (const TaskRecord *rec = source(expected)) {
+    try {
+      do_save(*rec, expected);
+    } catch (const StoreError &e) {
+      throw BatchError(e.code(), e.what(), n);
+    }
+    ++n;
+  }
+  return n;
+}
+
 std::unique_ptr<ChangeSubscription> TaskStore::watch_changes(ChangeListener) { return nullptr; }
 
 uint64_t TaskStore::save(const Task &task, const SaveOptions &opts) {

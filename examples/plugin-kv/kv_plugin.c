@@ -1681,6 +1681,7 @@ static const tnx_store_vtable kv_vtable = {
     NULL, /* save_batch (ABI 1.3) is optional: without it the host saves one by one */
     NULL, /* watch (ABI 1.4) is optional: without it the host polls for others' changes */
     NULL, /* unwatch (ABI 1.4): NULL with watch */
+    NULL, /* save_stream (ABI 1.5) is optional: without it the host uses save_batch or save */
 };
 
 static const char *const kv_schemes[] = {"kv", NULL};

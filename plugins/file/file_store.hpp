@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace toolnexus::file_plugin {
 
@@ -76,6 +77,19 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   /// (layout comment, "Atomicity"), appends the new entry; returns the
   /// new version.
   uint64_t save(const tnx_task_record &rec, uint64_t expected) override;
+  /// ABI 1.5 sdk::Store::save_stream (store_stream.cpp): Task by Task
+  /// (TNX_SAVE_STREAM_ONE_TRANSACTION is TNX_EUNSUPPORTED: no transactions
+  /// across files), the durability work done once per group of up to
+  /// kStreamGroup Tasks / kStreamGroupBytes: every Task file of the group
+  /// written to its temp file, one syncfs(2) of the file system, the
+  /// renames (each a save's compare-and-set under the id's lock), one
+  /// fsync of <dir>. A crash leaves each Task of the group old or new,
+  /// whole; temp files are removed by the next lone open.
+  uint64_t save_stream(toolnexus::sdk::RecordSource &source, uint32_t flags) override;
+  /// Tasks per group of save_stream.
+  static constexpr size_t kStreamGroup = 1000;
+  /// Task JSON bytes per group of save_stream (a group ends at either).
+  static constexpr size_t kStreamGroupBytes = size_t(16) << 20;
   /// sdk::Store::del: compare-and-set under the id's lock, unlinks the Task
   /// file and its sidecar, appends a tombstone.
   void del(std::string_view idv, uint64_t expected) override;
@@ -235,6 +249,39 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
   std::optional<IEntry> entry_of(const std::string &key) const;
 
   // ---- store_ops.cpp ------------------------------------------------------
+
+  // A Task of a save_stream group, its file written to temp file `tmp`
+  // (not yet synced or renamed), with copies of its record's fields.
+  struct Staged {
+    std::string id, context_id, state, owner, tenant, json;
+    int64_t time_us = 0;
+    int64_t due_us = TNX_TIME_NONE;  // ABI 1.5
+    uint64_t expected = 0;
+    std::string tmp;  // name of the temp file in <dir>
+    FileId file;      // its identity (a rename keeps it)
+    tnx_task_record record() const;  // borrowing the strings above
+  };
+
+  // save() after validate(): compare-and-set under the id's lock, write,
+  // index. `staged` (a stream's): its temp file becomes the Task file on
+  // the fast path, and <dir> is not synced (the stream does it once).
+  uint64_t save_valid(const tnx_task_record &rec, const std::string &id, uint64_t expected,
+                      const Staged *staged);
+
+  // ---- store_stream.cpp ---------------------------------------------------
+
+  // Writes `rec`'s JSON to a new temp file, unsynced; the Staged of it.
+  Staged stage(const tnx_task_record &rec, uint64_t expected);
+  // Renames staged.tmp to `jname`; its identity. TNX_EIO naming both.
+  FileId put_staged(const Staged &staged, const std::string &jname, const std::string &id);
+  // Makes a group durable and in place: syncfs, each Task saved
+  // (save_valid), one fsync of <dir>; `saved` counts the Tasks saved.
+  // Throws sdk::BatchError naming the Task that failed (`first` is the
+  // index of group[0] in the stream); the Tasks before it stay saved and
+  // durable, the temp files of the rest are removed.
+  void commit_group(std::vector<Staged> &group, uint64_t first, uint64_t &saved);
+  // Removes the temp files of group[from..].
+  void drop_staged(std::vector<Staged> &group, size_t from) noexcept;
 
   // Where a page after `cursor` starts in the index order (imu_ held).
   std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const;

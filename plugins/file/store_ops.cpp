@@ -54,8 +54,13 @@ bool FileStore::get(std::string_view idv, const toolnexus::sdk::RecordOut &out) 
 
 uint64_t FileStore::save(const tnx_task_record &rec, uint64_t expected) {
   const std::string id(view(rec.id));
+  validate(rec, id, view(rec.task_json));
+  return save_valid(rec, id, expected, nullptr);
+}
+
+uint64_t FileStore::save_valid(const tnx_task_record &rec, const std::string &id, uint64_t expected,
+                               const Staged *staged) {
   const std::string_view json = view(rec.task_json);
-  validate(rec, id, json);
   const std::string stem = stem_for(id);
   const std::string jname = stem + std::string(kJsonExt), mname = stem + std::string(kMetaExt);
   const std::string owner(view(rec.owner)), tenant(view(rec.tenant));
@@ -92,16 +97,20 @@ uint64_t FileStore::save(const tnx_task_record &rec, uint64_t expected) {
   e.due_us = toolnexus::sdk::due_of(rec);
   uint64_t version = 0;
   try {
-    if (fast) {
+    if (fast && staged != nullptr) {
+      file = put_staged(*staged, jname, id);
+      committed = true;
+    } else if (fast) {
       file = replace(jname, json, id);
       committed = true;
     } else {
+      if (staged != nullptr) ::unlinkat(dir_.get(), staged->tmp.c_str(), 0);  // the slow path writes its own
       save_with_meta(id, jname, mname, json, cur.present, meta_bytes.has_value(), meta_ok, meta, owner, tenant,
                      committed, file);
     }
     e.file = file;
     version = index_put(id, std::move(e));
-    durable(path(jname));
+    if (staged == nullptr) durable(path(jname));  // a stream syncs <dir> once per group
   } catch (...) {
     if (committed && version == 0) {
       // The file is in place but the index was not told: the next reader

@@ -717,6 +717,64 @@ class PgStore final : public toolnexus::sdk::Store {
     }
   }
 
+  // ABI 1.5: like save_batch, one transaction on one connection, the
+  // records pulled from the host one at a time (bounded memory however
+  // many). Only with TNX_SAVE_STREAM_ONE_TRANSACTION: without it the host
+  // saves one by one (each its own transaction), which is what a stream
+  // without it could do here anyway.
+  uint64_t save_stream(toolnexus::sdk::RecordSource &source, uint32_t flags) override {
+    if ((flags & TNX_SAVE_STREAM_ONE_TRANSACTION) == 0)
+      throw Error(TNX_EUNSUPPORTED, "save of a stream: only in one transaction (the host saves one by one)");
+    const std::string what = "save of a stream of tasks";
+    uint64_t at = 0, n = 0;
+    try {
+      with_conn(false, [&](Conn &c) {
+        const Params none;
+        exec_sql(c, "BEGIN", none, what, timeout_ms_);
+        try {
+          for (;;) {
+            at = source.delivered();
+            uint64_t expected = TNX_VERSION_ANY;
+            const tnx_task_record *rec = source.next(expected);  // SourceStopped, BatchError
+            if (rec == nullptr) break;
+            at = source.delivered() - 1;
+            (void)save_with(*rec, expected, [&](Stmt st, const Params &p, const std::string &w) {
+              return run(c, st, p, w);
+            });
+            ++n;
+          }
+          at = n;
+          Result r = exec(c, what, timeout_ms_, true, [&](PGconn *pg) {
+            return PQsendQueryParams(pg, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1);
+          });
+          check(c, std::move(r), what);
+        } catch (...) {
+          if (c.pg != nullptr) {
+            try {
+              exec_sql(c, "ROLLBACK", none, what, timeout_ms_);
+            } catch (...) {
+              drop(c, false);  // closing the connection rolls back on the server
+            }
+          }
+          throw;
+        }
+        analyze_after_bulk(c, n);
+        return Result();
+      });
+    } catch (const toolnexus::sdk::SourceStopped &) {
+      throw;
+    } catch (const toolnexus::sdk::BatchError &) {
+      throw;
+    } catch (const Error &e) {
+      throw toolnexus::sdk::BatchError(at, e.code,
+                                       at + 1 == source.delivered()
+                                           ? e.message + " (record " + std::to_string(at) +
+                                                 " of the stream; nothing written)"
+                                           : e.message);
+    }
+    return n;
+  }
+
   void del(std::string_view id, uint64_t expected) override {
     const std::string what = "delete of task " + quote(id);
     Params p;

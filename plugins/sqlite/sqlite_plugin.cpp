@@ -1184,6 +1184,14 @@ struct WriteReq {
   uint64_t batch_n = 0;
   uint64_t *batch_out = nullptr;
   uint64_t failed = 0;
+  // save_stream (ABI 1.5): the records of `stream` run alone in one
+  // transaction; `failed` is the index of the record (or of the source's
+  // stop) that failed; `stream_saved` counts what went in. Without
+  // `stream_atomic`, a record that fails ends the stream and the records
+  // before it are committed.
+  toolnexus::sdk::RecordSource *stream = nullptr;
+  bool stream_atomic = true;
+  uint64_t stream_saved = 0;
   // Results, written by the leader, read by the caller once woken.
   tnx_status status = TNX_EINTERNAL;
   std::string message;
@@ -1197,15 +1205,24 @@ struct WriteReq {
   /// Next request in the queue or batch (intrusive list: queueing and taking
   /// a batch never allocate, so they cannot fail half-way).
   WriteReq *next = nullptr;
+  /// True for a request that is a transaction of its own (save_batch,
+  /// save_stream): never grouped with others.
+  bool alone() const noexcept { return batch != nullptr || stream != nullptr; }
 };
 
 /// "save of task 'x'" / "delete of task 'x'", the prefix of a request's
 /// error messages.
 std::string describe(const WriteReq &r) {
   if (r.batch != nullptr) return "sqlite: save of a batch of " + std::to_string(r.batch_n) + " task(s)";
+  if (r.stream != nullptr) return "sqlite: save of a stream of tasks";
   return std::string(r.is_delete ? "sqlite: delete of task " : "sqlite: save of task ") +
          quote(r.id);
 }
+
+/// Page cache of the write connection while it runs a save_stream, in
+/// KiB (SQLite's default is 2000): what a long import's pages may take in
+/// memory before they spill to the WAL mid-transaction and are read back.
+constexpr int kStreamCacheKiB = 64 * 1024;
 
 /// Text of a version for conflict messages.
 std::string version_text(uint64_t v) {
@@ -1327,6 +1344,20 @@ class SqliteStore final : public toolnexus::sdk::Store {
     } catch (const Error &e) {
       throw toolnexus::sdk::BatchError(r.failed, e.code, e.message);
     }
+  }
+
+  uint64_t save_stream(toolnexus::sdk::RecordSource &source, uint32_t flags) override {
+    WriteReq r;
+    r.stream = &source;
+    r.stream_atomic = (flags & TNX_SAVE_STREAM_ONE_TRANSACTION) != 0;
+    try {
+      submit(r);
+    } catch (const toolnexus::sdk::SourceStopped &) {
+      throw;
+    } catch (const Error &e) {
+      throw toolnexus::sdk::BatchError(r.failed, e.code, e.message);
+    }
+    return r.stream_saved;
   }
 
   void del(std::string_view id, uint64_t expected) override {
@@ -1728,12 +1759,12 @@ class SqliteStore final : public toolnexus::sdk::Store {
       WriteReq *first = nullptr, *next_leader = nullptr;
       {
         std::lock_guard<std::mutex> lk(wmu_);
-        // head_ is r. A save_batch request runs alone (its own transaction
-        // is the unit).
+        // head_ is r. A save_batch or save_stream request runs alone (its
+        // own transaction is the unit).
         first = head_;
         WriteReq *last = head_;
-        for (size_t n = 1; n < opt_.max_batch && last->next != nullptr && first->batch == nullptr &&
-                           last->next->batch == nullptr;
+        for (size_t n = 1; n < opt_.max_batch && last->next != nullptr && !first->alone() &&
+                           !last->next->alone();
              ++n)
           last = last->next;
         head_ = last->next;
@@ -1944,6 +1975,54 @@ class SqliteStore final : public toolnexus::sdk::Store {
         r.batch_out[i] = one.version;
       }
       r.failed = r.batch_n;
+      r.status = TNX_OK;
+      r.message.clear();
+      return;
+    }
+    if (r.stream != nullptr) {
+      // Record after record in this transaction; the first that does not go
+      // through undoes the whole (atomic: the caller rolls back on the
+      // throw) or ends the stream with what came before committed.
+      // A bigger page cache meanwhile (kStreamCacheKiB), so that the pages
+      // of a long transaction are not spilled to the WAL and read back.
+      struct BigCache {
+        Conn &c;
+        explicit BigCache(Conn &conn) : c(conn) {
+          c.exec(("PRAGMA cache_size = -" + std::to_string(kStreamCacheKiB)).c_str());
+        }
+        ~BigCache() { sqlite3_exec(c.db(), "PRAGMA cache_size = -2000", nullptr, nullptr, nullptr); }
+      } big(*writer_);
+      for (;;) {
+        r.failed = r.stream->delivered();
+        uint64_t exp = TNX_VERSION_ANY;
+        const tnx_task_record *rec = nullptr;
+        try {
+          rec = r.stream->next(exp);
+        } catch (const Error &e) {  // SourceStopped, or a record save would refuse
+          if (r.stream_atomic) throw;
+          r.status = e.code;
+          r.message = e.message;
+          return;
+        }
+        if (rec == nullptr) break;
+        r.failed = r.stream->delivered() - 1;
+        WriteReq one;
+        one.rec = rec;
+        one.id = view(rec->id);
+        one.expected = exp;
+        execute(one);
+        if (one.status != TNX_OK) {
+          if (r.stream_atomic)
+            throw Error(one.status, one.message + " (record " + std::to_string(r.failed) +
+                                        " of the stream; nothing written)");
+          r.status = one.status;
+          r.message = one.message + " (record " + std::to_string(r.failed) + " of the stream; the " +
+                      std::to_string(r.stream_saved) + " before it are saved)";
+          return;
+        }
+        ++r.stream_saved;
+      }
+      r.failed = r.stream_saved;
       r.status = TNX_OK;
       r.message.clear();
       return;

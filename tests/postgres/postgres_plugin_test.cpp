@@ -15,8 +15,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -809,4 +811,49 @@ TEST_CASE("a bulk save_batch leaves fresh planner statistics: ListTasks is an in
   q.page_size = 50;
   CHECK(store->list(q).records.size() == 50);
   CHECK(store->count(q) == 12999);
+}
+
+TEST_CASE("save_stream (ABI 1.5): one transaction however long; a conflict or the source's stop saves nothing") {
+  const std::string t = unique("stream");
+  auto store = open_store(t);
+  REQUIRE(store->save(make_task("s3000", "c", "completed", 1)) == 1);
+  // A stream of 5,000 whose Task 3000 exists: named by its index, nothing saved.
+  auto stream = [](int n, int throw_at) {
+    auto task = std::make_shared<toolnexus::Task>();
+    auto item = std::make_shared<toolnexus::BatchItem>();
+    auto i = std::make_shared<int>(0);
+    return [=]() -> const toolnexus::BatchItem * {
+      if (*i == n) return nullptr;
+      if (*i == throw_at) throw std::runtime_error("the input ended in a bad line");
+      *task = make_task("s" + std::to_string(*i), "c", "completed", *i + 1);
+      item->task = task.get();
+      item->options.expected_version = toolnexus::kNoVersion;
+      ++*i;
+      return item.get();
+    };
+  };
+  try {
+    store->save_stream(stream(5000, -1), true);
+    FAIL("a stream with an existing Task was saved");
+  } catch (const toolnexus::BatchError &e) {
+    CHECK(e.code() == Status::conflict);
+    CHECK(e.index() == 3000);
+  }
+  CHECK(store->count(toolnexus::ListQuery{}) == 1);
+  // The source stops it: its exception passes, nothing saved.
+  CHECK_THROWS_WITH_AS(store->save_stream(stream(5000, 2500), true), "the input ended in a bad line",
+                       std::runtime_error);
+  CHECK(store->count(toolnexus::ListQuery{}) == 1);
+  store->remove("s3000");
+  CHECK(store->save_stream(stream(5000, -1), true) == 5000);
+  CHECK(store->count(toolnexus::ListQuery{}) == 5000);
+  // Without one transaction the plugin says it does not stream; the host
+  // saves one by one, and what came before a failure stays.
+  try {
+    store->save_stream(stream(5000, -1), false);
+    FAIL("a stream of existing Tasks was saved");
+  } catch (const toolnexus::BatchError &e) {
+    CHECK(e.code() == Status::conflict);
+    CHECK(e.index() == 0);
+  }
 }

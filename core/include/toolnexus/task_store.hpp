@@ -90,6 +90,20 @@ struct BatchItem {
   SaveOptions options;
 };
 
+/// The Tasks of TaskStore::save_stream, one at a time: returns the next
+/// item (its Task borrowed until the source is called again or save_stream
+/// returns), or nullptr at the end. It may throw to stop the save: the
+/// store undoes (one transaction) or finishes (without) what it holds, and
+/// the exception reaches the caller of save_stream as thrown. It runs on
+/// the caller's thread or on a store thread while the caller waits, never
+/// concurrently with itself, and must not call the same store.
+using BatchSource = std::function<const BatchItem *()>;
+
+/// The records of TaskStore::do_save_stream: the next record (index fields
+/// agreeing with its json; borrowed like BatchSource's Task) with its
+/// expected version, or nullptr at the end. May throw, as BatchSource.
+using RecordSource = std::function<const TaskRecord *(uint64_t &expected_version)>;
+
 /// A list request. Unset optionals are not filtered on. Order: newest
 /// status timestamp first, ties by id ascending (A2A ListTasks rule).
 struct ListQuery {
@@ -200,6 +214,24 @@ class TaskStore {
   /// do_save_batch): the caller then saves one by one.
   std::vector<uint64_t> save_batch(const std::vector<BatchItem> &items);
 
+  /// Saves the Tasks `source` hands over, in order, however many, holding
+  /// a bounded number of them at once (ABI 1.5 save_stream; an import of
+  /// JSON lines). `one_transaction`: all or none, as save_batch, else each
+  /// Task atomically and the whole not, durability work grouped (a Task
+  /// reported saved is durable on a durable store). Returns how many were
+  /// saved. Throws BatchError naming the item that failed (its position
+  /// from 0; invalid_argument for an invalid Task, conflict, io ...): with
+  /// `one_transaction` nothing was saved, without it exactly the items
+  /// before index() were (io: the message says when some outcome is
+  /// unknown). An exception of `source` passes through, after the same
+  /// undoing or finishing. StoreError(unsupported) when `one_transaction`
+  /// is asked of a store without transactions, before `source` is called
+  /// (then ask again without it).
+  /// A plugin without save_stream is served by save_batch of everything at
+  /// once (one transaction; memory then grows with the input) or save one
+  /// by one; a C++ store by do_save_stream (default: do_save one by one).
+  uint64_t save_stream(const BatchSource &source, bool one_transaction);
+
   /// Reads a Task's record, or std::nullopt when there is none.
   /// Throws StoreError(corrupt) when it exists but cannot be read.
   virtual std::optional<TaskRecord> get(std::string_view id) = 0;
@@ -255,6 +287,12 @@ class TaskStore {
   /// StoreError(unsupported).
   virtual std::vector<uint64_t> do_save_batch(const std::vector<TaskRecord> &records,
                                               const std::vector<uint64_t> &expected_versions);
+
+  /// Saves the records of `source` as save_stream() (which derives and
+  /// checks each record) says. The default: StoreError(unsupported) for
+  /// `one_transaction` before calling `source`, else do_save one by one,
+  /// a failure thrown as BatchError(index).
+  virtual uint64_t do_save_stream(const RecordSource &source, bool one_transaction);
 };
 
 }  // namespace toolnexus

@@ -82,6 +82,34 @@ struct BatchError : Error {
   uint64_t index;
 };
 
+/// Thrown by RecordSource::next when the host's source stopped a
+/// save_stream (ABI 1.5) with `code`: the store undoes or finishes what it
+/// holds and lets it pass (the trampoline returns that status).
+struct SourceStopped : Error {
+  explicit SourceStopped(tnx_status c) : Error(c, "save_stream: stopped by the host's record source") {}
+};
+
+/// The records of a save_stream (ABI 1.5), pulled from the host's
+/// tnx_record_source one at a time. Not thread-safe (one caller at a time,
+/// as the ABI allows). The record next() returns is borrowed until the
+/// next call.
+class RecordSource {
+ public:
+  RecordSource(tnx_record_source source, void *ctx) noexcept : source_(source), ctx_(ctx) {}
+  /// The next record, its expected version in `expected`; nullptr at the
+  /// end. Throws SourceStopped when the host stopped, Error(TNX_EINVAL)
+  /// naming the record's index when the host handed over a record save
+  /// would refuse (missing, another ABI major, empty id or task_json).
+  const tnx_task_record *next(uint64_t &expected);
+  /// How many records next() has returned.
+  uint64_t delivered() const noexcept { return n_; }
+
+ private:
+  tnx_record_source source_;
+  void *ctx_;
+  uint64_t n_ = 0;
+};
+
 /// Delivers records to the host's sink. Callable on the calling thread only,
 /// during the store call it was given to.
 class RecordOut {
@@ -184,6 +212,20 @@ class Store {
     (void)recs; (void)expected; (void)n; (void)out_versions;
     throw Error(TNX_EUNSUPPORTED, "save_batch: not offered by this store (the host saves one by one)");
   }
+  /// ABI 1.5 save_stream: saves the records of `source` in order until it
+  /// ends; returns how many were saved. `flags` holds known
+  /// TNX_SAVE_STREAM_* bits only (the trampoline refuses others). With
+  /// TNX_SAVE_STREAM_ONE_TRANSACTION all or none; without, each record
+  /// atomically and durably by return. Throw BatchError(i, ...) for
+  /// record i that fails (without the flag: after making records 0..i-1
+  /// durable), let SourceStopped pass, Error(...) for a failure of the
+  /// whole. See tnx_store_vtable.save_stream. The default throws
+  /// Error(TNX_EUNSUPPORTED) without touching `source`: the host then uses
+  /// save_batch or save.
+  virtual uint64_t save_stream(RecordSource &source, uint32_t flags) {
+    (void)source; (void)flags;
+    throw Error(TNX_EUNSUPPORTED, "save_stream: not offered by this store");
+  }
   /// ABI 1.4 watch: starts reporting every change of the location to
   /// `sink` (see tnx_store_vtable.watch for the promises; a ChangeFeed
   /// member does the bookkeeping). The default throws
@@ -271,6 +313,23 @@ inline void check_due_filter(const tnx_list_query &q, const Store &s, const char
     throw Error(TNX_EINVAL, std::string(op) + ": TNX_FILTER_DUE_BEFORE in a query without due_before_us (ABI 1.5)");
 }
 }  // namespace detail
+
+inline const tnx_task_record *RecordSource::next(uint64_t &expected) {
+  const tnx_task_record *rec = nullptr;
+  expected = TNX_VERSION_ANY;
+  const tnx_status st = source_(ctx_, &rec, &expected);
+  if (st != TNX_OK) throw SourceStopped(st);
+  if (rec == nullptr) return nullptr;
+  const std::string where = "save_stream: record " + std::to_string(n_);
+  if (rec->header.abi_major != TNX_ABI_MAJOR || rec->header.struct_size < kRecordV10Size)
+    throw BatchError(n_, TNX_EINVAL, where + " is of another ABI major, or smaller than ABI 1.0's");
+  if (rec->id.len == 0) throw BatchError(n_, TNX_EINVAL, where + ": empty task id");
+  for (tnx_str f : {rec->id, rec->context_id, rec->state, rec->owner, rec->tenant, rec->task_json})
+    if (f.data == nullptr && f.len != 0) throw BatchError(n_, TNX_EINVAL, where + ": a field has NULL data with a non-zero length");
+  if (rec->task_json.len == 0) throw BatchError(n_, TNX_EINVAL, where + ": empty task_json");
+  ++n_;
+  return rec;
+}
 
 /// The vtable whose functions forward to sdk::Store's virtual methods.
 /// Static storage; thread-safe to take.
@@ -406,6 +465,31 @@ inline const tnx_store_vtable *store_vtable() noexcept {
           detail::as_store(s)->unwatch();
           return TNX_OK;
         });
+      },
+      // save_stream (ABI 1.5)
+      [](tnx_store *s, tnx_record_source source, void *ctx, uint32_t flags, uint64_t *done, char *err,
+         uint32_t cap) noexcept -> tnx_status {
+        RecordSource src(source, ctx);
+        uint64_t at = 0;
+        tnx_status rc = detail::guarded(err, cap, [&] {
+          if (source == nullptr || done == nullptr) throw Error(TNX_EINVAL, "save_stream: source or out_done is NULL");
+          if ((flags & ~TNX_SAVE_STREAM_ALL) != 0)
+            throw Error(TNX_EUNSUPPORTED, "save_stream: unknown flag bits " + std::to_string(flags & ~TNX_SAVE_STREAM_ALL));
+          if (detail::as_store(s)->read_only())
+            throw Error(TNX_EUNSUPPORTED, "save_stream: the store was opened read-only");
+          try {
+            at = detail::as_store(s)->save_stream(src, flags);
+          } catch (const BatchError &e) {
+            at = e.index;
+            throw;
+          } catch (...) {
+            at = src.delivered();
+            throw;
+          }
+          return TNX_OK;
+        });
+        if (done != nullptr) *done = at;
+        return rc;
       },
   };
   return &vt;

@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.4.
+ * storage plugin. ABI version 1.5.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -80,7 +80,9 @@ extern "C" {
  *  and tnx_store_vtable.save_batch (both optional). 1.4: the change feed,
  *  tnx_store_vtable.watch and unwatch (optional; TNX_CAP_CHANGE_FEED).
  *  1.5: the due index: tnx_task_record.due_us, tnx_list_query.due_before_us
- *  with TNX_FILTER_DUE_BEFORE (TNX_CAP_DUE_INDEX). */
+ *  with TNX_FILTER_DUE_BEFORE (TNX_CAP_DUE_INDEX); the streamed save:
+ *  tnx_store_vtable.save_stream (optional), tnx_record_source and
+ *  TNX_SAVE_STREAM_ONE_TRANSACTION. */
 #define TNX_ABI_MINOR 5
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
@@ -440,6 +442,22 @@ typedef void (*tnx_change_sink)(void *ctx, const tnx_change *change);
 typedef struct tnx_store tnx_store;
 
 /**
+ * ABI 1.5: hands the next record of a save_stream to the store. On TNX_OK,
+ * *out_rec is the next record (borrowed until the next call of the source
+ * or the return of save_stream) and *out_expected its expected version, or
+ * *out_rec is NULL at the end of the stream. Any other status stops the
+ * save (save_stream returns it). See tnx_store_vtable.save_stream.
+ */
+typedef tnx_status (*tnx_record_source)(void *ctx, const tnx_task_record **out_rec,
+                                        uint64_t *out_expected);
+
+/** save_stream flag (ABI 1.5): every record in one transaction, all or
+ *  none; TNX_EUNSUPPORTED from a store without transactions. */
+#define TNX_SAVE_STREAM_ONE_TRANSACTION ((uint32_t)1u << 0)
+/** Every TNX_SAVE_STREAM_* bit of this ABI version. */
+#define TNX_SAVE_STREAM_ALL TNX_SAVE_STREAM_ONE_TRANSACTION
+
+/**
  * The store functions. One vtable per plugin (static storage in the plugin),
  * shared by every store it opens. The function pointers of ABI 1.0 (get,
  * save, del, list, close) are required; count and save_batch (ABI 1.3) may
@@ -607,6 +625,54 @@ typedef struct tnx_store_vtable {
    * only when watch is.
    */
   tnx_status (*unwatch)(tnx_store *store, char *err, uint32_t err_cap);
+
+  /* ---- ABI 1.5: read only when TNX_HAS_FIELD(vt, tnx_store_vtable, m);
+   *      a vtable of ABI 1.0..1.4 ends before it ---- */
+
+  /**
+   * save_stream: saves the records `source` hands over, one after the other,
+   * however many (an import of a million Tasks): a store never needs more
+   * than a bounded number of them at once. The store calls `source` until
+   * it says the end (or a record fails); each record and its expected
+   * version are as rec and expected_version of save, checked in order (a
+   * later record of an id sees the earlier one).
+   * flags (TNX_SAVE_STREAM_* bits; an unknown bit is TNX_EUNSUPPORTED):
+   *  - TNX_SAVE_STREAM_ONE_TRANSACTION: all records in one transaction, as
+   *    save_batch: after TNX_OK all are stored (durably with
+   *    TNX_CAP_DURABLE), after any failure none is. A store without
+   *    transactions returns TNX_EUNSUPPORTED for it, before it calls
+   *    `source` (so the host can ask again without the flag, having lost
+   *    nothing of a stream it cannot rewind).
+   *  - without it: each record is saved atomically as by save, the whole
+   *    not; the store may defer durability work (fsyncs) and do it once per
+   *    group of records, but returns only when every record it reports as
+   *    saved is durable (with TNX_CAP_DURABLE). After a crash during the
+   *    call, each record of it is stored whole or not at all (old version
+   *    or new), in no promised order.
+   * *out_done (never NULL): on TNX_OK the number of records saved; on
+   * failure the index of the record that failed (counted from 0 in the
+   * order `source` delivered them; the number delivered before it when
+   * `source` itself stopped the save). With ONE_TRANSACTION nothing was
+   * written; without it exactly the records before *out_done are saved
+   * (durably), except on TNX_EIO whose message says the outcome of some
+   * is unknown.
+   * `source` is called on the calling thread or, while the caller waits in
+   * save_stream, on a thread of the store; never concurrently with itself,
+   * and never after save_stream returned. It must not call back into the
+   * store. A record it hands over (and everything it points to) stays
+   * valid until the next call of `source` or the return of save_stream.
+   * When `source` returns a status other than TNX_OK the store stops,
+   * undoes the transaction (ONE_TRANSACTION) or makes what it saved
+   * durable (without), and returns that same status (the host knows why).
+   * May be NULL, and may return TNX_EUNSUPPORTED without calling `source`:
+   * the host then uses save_batch or save (`toolnexus store put` says what
+   * that means for the import).
+   * Returns TNX_OK, TNX_ECONFLICT, TNX_EINVAL, TNX_EIO, TNX_EUNSUPPORTED
+   * (the flags, or the store opened read-only), TNX_EINTERNAL, or the
+   * status `source` returned. Threading as save.
+   */
+  tnx_status (*save_stream)(tnx_store *store, tnx_record_source source, void *source_ctx,
+                            uint32_t flags, uint64_t *out_done, char *err, uint32_t err_cap);
 } tnx_store_vtable;
 
 /* ======================================================================== */

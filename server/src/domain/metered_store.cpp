@@ -21,6 +21,9 @@ struct Forward : TaskStore {
                                           const std::vector<uint64_t> &expected) {
     return (s.*(&Forward::do_save_batch))(r, expected);
   }
+  static uint64_t save_stream(TaskStore &s, const RecordSource &source, bool one_transaction) {
+    return (s.*(&Forward::do_save_stream))(source, one_transaction);
+  }
 };
 
 // Runs `call`, recording its time and, when it throws, its status name.
@@ -74,6 +77,10 @@ std::vector<uint64_t> MeteredStore::do_save_batch(const std::vector<TaskRecord> 
                                                   const std::vector<uint64_t> &expected_versions) {
   return timed(metrics_, StoreOp::save_batch,
                [&] { return Forward::save_batch(*inner_, records, expected_versions); });
+}
+
+uint64_t MeteredStore::do_save_stream(const RecordSource &source, bool one_transaction) {
+  return timed(metrics_, StoreOp::save_batch, [&] { return Forward::save_stream(*inner_, source, one_transaction); });
 }
 
 }  // namespace toolnexus::server_detail
