@@ -293,8 +293,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
                  {"enabled", "allow_targets", "timeout_ms", "max_attempts", "backoff_initial_ms", "backoff_max_ms",
-                  "give_up_after_ms", "sweep_interval_ms", "workers", "max_in_flight", "max_in_flight_per_target",
-                  "max_configs_per_task"});
+                  "give_up_after_ms", "sweep_interval_ms", "full_sweep_interval_ms", "workers", "max_in_flight",
+                  "max_in_flight_per_target", "max_configs_per_task"});
     if (const rapidjson::Value *en = member(*pu, "enabled")) {
       if (!en->IsBool()) throw UsageError(file + ": push.enabled must be true or false");
       o.push.enabled = en->GetBool();
@@ -317,6 +317,8 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       o.push.give_up_after_ms = to_int(*v);
     if (auto v = config_int(c, *pu, "sweep_interval_ms", "push.sweep_interval_ms", 1, kMaxMs))
       o.push.sweep_interval_ms = to_int(*v);
+    if (auto v = config_int(c, *pu, "full_sweep_interval_ms", "push.full_sweep_interval_ms", 0, kMaxMs))
+      o.push.full_sweep_interval_ms = to_int(*v);
     if (auto v = config_int(c, *pu, "workers", "push.workers", 1, 64)) o.push.workers = static_cast<unsigned>(*v);
     if (auto v = config_int(c, *pu, "max_in_flight", "push.max_in_flight", 1, 4096))
       o.push.max_in_flight = static_cast<unsigned>(*v);

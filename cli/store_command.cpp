@@ -6,6 +6,7 @@
 #include "store_common.hpp"
 
 #include "toolnexus/registry.hpp"
+#include "toolnexus/server.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -338,8 +339,9 @@ std::string running_as(const Options &o, Task &t, std::string_view text, std::st
 
 // The SaveOptions of replacing `t` (`current`: what is stored, if any):
 // owner and tenant not given on the command line are kept.
-SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &current) {
+SaveOptions put_options(const Options &o, const Task &t, const std::optional<TaskRecord> &current) {
   SaveOptions so;
+  so.due_us = task_due_us(t);
   if (current) {
     so.owner = current->owner;
     so.tenant = current->tenant;
@@ -416,7 +418,7 @@ int cmd_put(const Options &o) {
   }
   auto s = resolve_store(o.positional[1]);
   const std::optional<TaskRecord> current = s->get(t.id());
-  SaveOptions so = put_options(o, current);
+  SaveOptions so = put_options(o, t, current);
   if (o.flag("--force")) {
     so.expected_version = current ? current->version : kNoVersion;  // owner/tenant from what it replaces
   } else if (expect) {
@@ -591,6 +593,7 @@ int cmd_copy(const Options &o) {
       task = Task::parse(r.json);
       item.options.owner = r.owner;
       item.options.tenant = r.tenant;
+      item.options.due_us = task_due_us(task);  // as a server would (the source may keep none)
       return &item;
     }
   };

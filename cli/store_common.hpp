@@ -36,9 +36,11 @@ std::string parse_a2a_task(const std::string &text, Task &t);
 /// status message's messageId, derived from `text`), else why not.
 std::string running_as(const Options &o, Task &t, std::string_view text, std::string *import_id = nullptr);
 
-/// The SaveOptions of replacing a Task (`current`: what is stored, if
-/// any): owner and tenant not given on the command line are kept.
-SaveOptions put_options(const Options &o, const std::optional<TaskRecord> &current);
+/// The SaveOptions of saving `t` (`current`: what is stored, if any):
+/// owner and tenant not given on the command line are kept; its due time
+/// is what a server would record (task_due_us: a held lease's expiry, a
+/// pending push delivery; ABI 1.5), so that a server's due sweep finds it.
+SaveOptions put_options(const Options &o, const Task &t, const std::optional<TaskRecord> &current);
 
 /// `store put SELECTOR` of JSON lines read from `in` (store_import.cpp):
 /// streamed, in one transaction where the store has them, else Task by

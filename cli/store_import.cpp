@@ -136,8 +136,8 @@ std::string put_failure(const std::string &where, const StoreError &e) {
 
 // The SaveOptions of a put's line: a new Task, or with --force whatever is
 // stored, keeping owner and tenant not given (`current`, when --force).
-SaveOptions line_options(const Options &o, const std::optional<TaskRecord> &current) {
-  SaveOptions so = put_options(o, current);
+SaveOptions line_options(const Options &o, const Task &t, const std::optional<TaskRecord> &current) {
+  SaveOptions so = put_options(o, t, current);
   so.expected_version = o.flag("--force") ? kAnyVersion : kNoVersion;
   return so;
 }
@@ -168,7 +168,7 @@ std::optional<int> put_in_one_transaction(const Options &o, TaskStore &s, LineRe
       if ((force || resume) && !peek) peek = resolve_store(sel, kInspect);
       std::optional<TaskRecord> current;
       if (force) current = peek->get(cur.task.id());
-      item.options = line_options(o, current);
+      item.options = line_options(o, cur.task, current);
       if (resume && !force && already_stored(*peek, cur, item.options)) {
         ++skipped;
         continue;
@@ -244,7 +244,7 @@ int put_task_by_task(const Options &o, TaskStore &s, LineReader &in) {
     for (const PutLine &pl : chunk) {
       std::optional<TaskRecord> current;
       if (force) current = s.get(pl.task.id());
-      BatchItem item{&pl.task, line_options(o, current)};
+      BatchItem item{&pl.task, line_options(o, pl.task, current)};
       if (resume && !force && already_stored(s, pl, item.options)) {
         ++skipped;
         continue;

@@ -7,6 +7,8 @@
 #include "server_test_support.hpp"
 
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
 
 using namespace tnxtest;
 using toolnexus::Task;
@@ -164,4 +166,37 @@ TEST_CASE("a running Task's saves record its lease expiry as its due time; a fin
   CHECK(memory->get(id)->due_us == toolnexus::kNoTime);
   due.due_before_us = INT64_MAX;
   CHECK(memory->list(due).records.empty());
+}
+
+TEST_CASE("`store put` and `store copy` record the due time a server would: a held Task put by hand is settled when its lease expires") {
+  TempDir dir;
+  const std::string exe = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
+  const std::string db = "sqlite:" + dir.str() + "/t.db", copy = "sqlite:" + dir.str() + "/c.db";
+  auto store = toolnexus::resolve_store(db);
+  auto o = test_options();
+  o.store = store;
+  o.lease.lease_ms = 400;
+  o.lease.renew_interval_ms = 80;
+  o.lease.settle_interval_ms = 20;
+  o.lease.full_settle_interval_ms = 0;  // only at start: what follows must be found by its due time
+  auto server = toolnexus::serve(o);
+
+  // A Task held by a server that died, put while this server runs; its
+  // lease expires in 600 ms.
+  const int64_t expiry = toolnexus::now_us() + 600'000;
+  const std::string file = dir.str() + "/held.json";
+  {
+    std::ofstream f(file);
+    f << leased("held", "dead-instance", expiry).to_json();
+  }
+  REQUIRE(std::system((exe + " store put " + db + " " + file + " > /dev/null").c_str()) == 0);
+  CHECK(store->get("held")->due_us == expiry);
+  // Copied elsewhere, it keeps that due time (computed from the Task).
+  REQUIRE(std::system((exe + " store copy " + db + " " + copy + " > /dev/null").c_str()) == 0);
+  {
+    auto c = toolnexus::resolve_store(copy);
+    CHECK(c->get("held")->due_us == expiry);
+  }
+  REQUIRE(eventually([&] { return state_of(*store, "held") == "failed"; }, 5000ms));
+  CHECK(store->get("held")->due_us == toolnexus::kNoTime);
 }

@@ -992,9 +992,9 @@ tnx_task_record decode_row(const Conn &c, sqlite3_stmt *s, bool omit_json) {
     throw corrupt("column version is not a positive integer");
   r.version = static_cast<uint64_t>(sqlite3_column_int64(s, 6));
   if (!omit_json) r.task_json = text_column(c, s, 7, "task_json", id);
-  const int due_type = sqlite3_column_type(s, 9);
-  if (due_type != SQLITE_NULL && due_type != SQLITE_INTEGER)
-    throw corrupt("column due_us is neither NULL nor an integer");
+  // A due time that is not an integer (edited by hand) is read as none: it
+  // is the host's scheduling hint, not the Task, and the host's full sweeps
+  // find a Task that lost it; the next save writes a sound one.
   r.due_us = due_of_row(s);
   return r;
 }

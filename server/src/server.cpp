@@ -14,6 +14,7 @@
 #include "delivery/push.hpp"
 #include "domain/instance_id.hpp"
 #include "domain/task_lifecycle.hpp"
+#include "domain/task_lifecycle_detail.hpp"
 #include "domain/task_watch.hpp"
 #include "common/util.hpp"
 
@@ -260,7 +261,8 @@ ServerHandle serve(ServerOptions o) {
   lo.max_task_history = l.max_task_history;
   lo.max_task_bytes = l.max_task_bytes;
   lo.metrics = impl->metrics.get();
-  lo.due_of = push_due_us;  // deliveries pending: a due time for the store's due index
+  // Deliveries pending give a due time, when this server delivers them.
+  if (o.push.enabled) lo.due_of = push_due_us;
   WatchOptions wo;
   wo.poll_ms = o.streams.poll_ms;
   wo.max_subscribers = o.streams.max_streams;
@@ -341,6 +343,16 @@ ServerHandle serve(ServerOptions o) {
     impl->log->info("this store's compare-and-set holds within this process only: servers in other processes "
                     "must not share it (run replicas on a multi-process store such as sqlite)");
   return ServerHandle(std::move(impl));
+}
+
+int64_t task_due_us(const Task &task) {
+  int64_t due = server_detail::push_due_us(task);
+  const std::string_view state = task.state();
+  if (state == task_state::kSubmitted || state == task_state::kWorking) {
+    const server_detail::lifecycle_detail::Lease l = server_detail::lifecycle_detail::read_lease(task);
+    if (l.present && l.expires_us != kNoTime && (due == kNoTime || l.expires_us < due)) due = l.expires_us;
+  }
+  return due;
 }
 
 }  // namespace toolnexus

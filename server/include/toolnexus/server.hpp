@@ -291,8 +291,15 @@ struct PushOptions {
   /// A config failing this long gives up too.
   int give_up_after_ms = 24 * 3600 * 1000;
   /// How often the store is swept for deliveries left unfinished (by a
-  /// restart, or another server); also once at start.
+  /// restart, or another server); also once at start. On a store with a due
+  /// index (capability due-index) a sweep reads only the Tasks whose
+  /// delivery is due; see full_sweep_interval_ms.
   int sweep_interval_ms = 60000;
+  /// On a store with a due index: how often the sweep reads every Task
+  /// changed within give_up_after_ms and every running one instead of only
+  /// the due ones (always at start), to find deliveries saved without a due
+  /// time, by an older server sharing the store. 0 = only at start.
+  int full_sweep_interval_ms = 3600000;
   /// Delivery threads kept running when idle. Deliveries are queued per
   /// target (a webhook's scheme://host:port) and taken round robin over
   /// targets; more threads are started on demand, up to max_in_flight, so a
@@ -438,6 +445,16 @@ class ServerHandle {
 /// store selector, inconsistent limits/leases), StoreError (the store's
 /// plugin could not open it), std::runtime_error (cannot bind).
 ServerHandle serve(ServerOptions options);
+
+/// When a server would want `task` back from its store's due index (ABI
+/// 1.5, SaveOptions::due_us), in µs since the epoch: the earlier of its
+/// lease's expiry (a submitted or working Task with a server's
+/// metadata["toolnexus/lease"]) and its next push delivery (a config with
+/// events it has not delivered nor given up on); kNoTime when nothing is
+/// due. What `toolnexus store put` and `store copy` record, so that a Task
+/// written by hand is swept like one a server saved. Pure; thread-safe;
+/// never throws except std::bad_alloc.
+int64_t task_due_us(const Task &task);
 
 /// Reads a token file: a JSON object mapping bearer tokens to principal
 /// names, {"<token>": "<principal>", ...}. Throws std::runtime_error naming

@@ -354,13 +354,19 @@ void PushDeliverer::notify(const Snapshot &snap) {
 }
 
 void PushDeliverer::sweep_loop() {
+  using SteadyClock = std::chrono::steady_clock;
+  // Full at start and every full_sweep_interval_ms; otherwise what is due.
+  SteadyClock::time_point next_full = SteadyClock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  bool first = true;
   while (!stopping_) {
     lock.unlock();
     try {
-      sweep(first);
-      first = false;
+      const bool full = SteadyClock::now() >= next_full;
+      if (full)
+        next_full = options_.full_sweep_interval_ms > 0
+                        ? SteadyClock::now() + std::chrono::milliseconds(options_.full_sweep_interval_ms)
+                        : SteadyClock::time_point::max();
+      sweep(full);
     } catch (const std::exception &e) {
       log_.warn(std::string("push sweep failed: ") + e.what());
     }
@@ -374,8 +380,9 @@ void PushDeliverer::sweep(bool full) {
   // Candidates: with a due index and after the first sweep, the Tasks due
   // now. Otherwise the Tasks whose status changed within the give-up
   // window, and running ones (whose artifacts may be newer than their
-  // status): what was saved without a due time (by an older server, or
-  // before the store had the index) is found by the first sweep.
+  // status): what was saved without a due time (by an older server sharing
+  // the store, or before the store had the index) is found by the full
+  // sweeps (at start and every full_sweep_interval_ms).
   std::vector<ListQuery> queries;
   if (!full && (lifecycle_.store()->info().capabilities & TNX_CAP_DUE_INDEX) != 0) {
     ListQuery q;
@@ -400,7 +407,9 @@ void PushDeliverer::add_full_sweep(std::vector<ListQuery> &queries) const {
 
 void PushDeliverer::run_sweep(std::vector<ListQuery> &queries) {
   for (ListQuery &q : queries) {
-    q.page_size = 200;
+    // Large pages: a due list sorts what is due for every page, so a
+    // backlog (a webhook down for hours) costs fewer sorts.
+    q.page_size = q.due_before_us ? 1000 : 200;
     q.deliver_corrupt = true;
     do {
       ListPage page = lifecycle_.store()->list(q);
