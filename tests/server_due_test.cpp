@@ -54,20 +54,6 @@ class CountingStore final : public toolnexus::TaskStore {
   std::shared_ptr<toolnexus::TaskStore> inner_;
 };
 
-// Holds every Task working until released.
-class Gate final : public toolnexus::AgentExecutor {
- public:
-  std::string name() const override { return "gate"; }
-  std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
-  toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
-    ++entered;
-    while (!released && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
-    return toolnexus::ExecutionResult::completed();
-  }
-  std::atomic<int> entered{0};
-  std::atomic<bool> released{false};
-};
-
 // A Task as another server would have left it: working, leased by
 // `instance` until `expires_us`.
 Task leased(const std::string &id, const std::string &instance, int64_t expires_us) {
@@ -136,7 +122,7 @@ TEST_CASE("an idle server's sweeps read only what is due; the first sweep finds 
 
 TEST_CASE("a running Task's saves record its lease expiry as its due time; a finished Task has none") {
   auto memory = toolnexus::resolve_store("memory");
-  auto gate = std::make_shared<Gate>();
+  auto gate = std::make_shared<HoldGate>();
   auto o = test_options();
   o.store = memory;
   o.executor = gate;

@@ -35,21 +35,6 @@ std::string stored_state(toolnexus::TaskStore &store, const std::string &id) {
   return rec ? rec->state : std::string("<missing>");
 }
 
-class Gate final : public toolnexus::AgentExecutor {
- public:
-  std::string name() const override { return "gate"; }
-  std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
-  toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
-    ++entered;
-    while (!released && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
-    auto r = toolnexus::ExecutionResult::completed();
-    r.add_text_artifact(ctx.latest_text);
-    return r;
-  }
-  std::atomic<int> entered{0};
-  std::atomic<bool> released{false};
-};
-
 toolnexus::ServerOptions lease_options(std::shared_ptr<toolnexus::TaskStore> store) {
   auto o = test_options();
   o.store = std::move(store);
@@ -111,7 +96,7 @@ TEST_CASE("a Task left working is settled once its lease expires, and not before
 
 TEST_CASE("a live server's Task is never settled by another server sharing the store") {
   auto store = toolnexus::resolve_store("memory");
-  auto gate = std::make_shared<Gate>();
+  auto gate = std::make_shared<HoldGate>();
   auto o1 = lease_options(store);
   o1.executor = gate;
   auto server1 = toolnexus::serve(o1);
@@ -157,7 +142,7 @@ TEST_CASE("a live server's Task is never settled by another server sharing the s
 
 TEST_CASE("a server that stops fails the Tasks it had not started, and finishes the running one") {
   auto store = toolnexus::resolve_store("memory");
-  auto gate = std::make_shared<Gate>();
+  auto gate = std::make_shared<HoldGate>();
   auto o = lease_options(store);
   o.executor = gate;
   o.workers = 1;

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -121,8 +122,10 @@ class Connection {
     return false;
   }
 
-  /// Reads one response (Content-Length bodies; else until close).
-  HttpResponse read_response(std::chrono::milliseconds timeout = 10000ms) {
+  /// Reads one response (Content-Length bodies; else until close). The
+  /// timeout is a liveness bound for a loaded 2-core machine (a request may
+  /// wait queue_wait_ms, 10 s, for a worker), not a speed goal.
+  HttpResponse read_response(std::chrono::milliseconds timeout = 30000ms) {
     HttpResponse r;
     const auto deadline = Clock::now() + timeout;
     std::string &in = received_;
@@ -536,6 +539,23 @@ inline bool eventually(const std::function<bool()> &pred, std::chrono::milliseco
   }
   return pred();
 }
+
+/// An agent that holds every Task working until `released` (or a cancel),
+/// then completes it with the user's text as an artifact. Thread-safe.
+class HoldGate final : public toolnexus::AgentExecutor {
+ public:
+  std::string name() const override { return "gate"; }
+  std::vector<toolnexus::AgentSkill> skills() const override { return {}; }
+  toolnexus::ExecutionResult execute(const toolnexus::ExecutionContext &ctx) override {
+    ++entered;
+    while (!released && !ctx.cancel_requested) std::this_thread::sleep_for(1ms);
+    auto r = toolnexus::ExecutionResult::completed();
+    r.add_text_artifact(ctx.latest_text);
+    return r;
+  }
+  std::atomic<int> entered{0};
+  std::atomic<bool> released{false};
+};
 
 }  // namespace tnxtest
 

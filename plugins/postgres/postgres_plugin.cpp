@@ -671,6 +671,32 @@ class PgStore final : public toolnexus::sdk::Store {
     }
   }
 
+  // Runs `body` between BEGIN and COMMIT on `c`; anything it throws (or a
+  // failed COMMIT) rolls back, dropping the connection when even that
+  // fails (closing it rolls back on the server). A connection lost during
+  // COMMIT leaves the outcome unknown (exec's write = true says so).
+  template <class Body>
+  void in_transaction(Conn &c, const std::string &what, Body &&body) {
+    const Params none;
+    exec_sql(c, "BEGIN", none, what, timeout_ms_);
+    try {
+      body();
+      Result r = exec(c, what, timeout_ms_, true, [&](PGconn *pg) {
+        return PQsendQueryParams(pg, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1);
+      });
+      check(c, std::move(r), what);
+    } catch (...) {
+      if (c.pg != nullptr) {
+        try {
+          exec_sql(c, "ROLLBACK", none, what, timeout_ms_);
+        } catch (...) {
+          drop(c, false);
+        }
+      }
+      throw;
+    }
+  }
+
   // ABI 1.3: one transaction on one connection; the first record that does
   // not go through rolls the whole back.
   void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
@@ -680,9 +706,7 @@ class PgStore final : public toolnexus::sdk::Store {
     uint64_t at = n;
     try {
       with_conn(false, [&](Conn &c) {
-        const Params none;
-        exec_sql(c, "BEGIN", none, what, timeout_ms_);
-        try {
+        in_transaction(c, what, [&] {
           for (uint64_t i = 0; i < n; ++i) {
             at = i;
             out[i] = save_with(*recs[i], expected[i], [&](Stmt s, const Params &p, const std::string &w) {
@@ -690,22 +714,7 @@ class PgStore final : public toolnexus::sdk::Store {
             });
           }
           at = n;
-          // A connection lost during COMMIT leaves the outcome unknown
-          // (write = true says so).
-          Result r = exec(c, what, timeout_ms_, true, [&](PGconn *pg) {
-            return PQsendQueryParams(pg, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1);
-          });
-          check(c, std::move(r), what);
-        } catch (...) {
-          if (c.pg != nullptr) {
-            try {
-              exec_sql(c, "ROLLBACK", none, what, timeout_ms_);
-            } catch (...) {
-              drop(c, false);  // closing the connection rolls back on the server
-            }
-          }
-          throw;
-        }
+        });
         analyze_after_bulk(c, n);
         return Result();
       });
@@ -729,9 +738,7 @@ class PgStore final : public toolnexus::sdk::Store {
     uint64_t at = 0, n = 0;
     try {
       with_conn(false, [&](Conn &c) {
-        const Params none;
-        exec_sql(c, "BEGIN", none, what, timeout_ms_);
-        try {
+        in_transaction(c, what, [&] {
           for (;;) {
             at = source.delivered();
             uint64_t expected = TNX_VERSION_ANY;
@@ -744,20 +751,7 @@ class PgStore final : public toolnexus::sdk::Store {
             ++n;
           }
           at = n;
-          Result r = exec(c, what, timeout_ms_, true, [&](PGconn *pg) {
-            return PQsendQueryParams(pg, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1);
-          });
-          check(c, std::move(r), what);
-        } catch (...) {
-          if (c.pg != nullptr) {
-            try {
-              exec_sql(c, "ROLLBACK", none, what, timeout_ms_);
-            } catch (...) {
-              drop(c, false);  // closing the connection rolls back on the server
-            }
-          }
-          throw;
-        }
+        });
         analyze_after_bulk(c, n);
         return Result();
       });
