@@ -184,6 +184,11 @@ TEST_CASE("a store that returns broken bytes as a sound record: unreadable, neve
                    std::string(100000, ']') + "}"},
       {"other", task_json("someone-else", "x")},  // the JSON of another Task
       {"no-status", R"({"id":"no-status","contextId":"c"})"},
+      // Named twice: the first one counts (as RapidJSON's FindMember reads
+      // it), on the fast v0.3 path too (a fuzz finding).
+      {"dup-kind", R"({"id":"dup-kind","contextId":"c","kind":"message","kind":"task","status":{"state":"completed"}})"},
+      {"dup-status", R"({"id":"dup-status","contextId":"c","status":{},"status":{"state":"completed"}})"},
+      {"dup-context", R"({"id":"dup-context","contextId":"","contextId":"c","status":{"state":"completed"}})"},
   };
   auto store = std::make_shared<LyingStore>(broken);
   for (const auto &[id, bytes] : broken) store->save(toolnexus::Task::parse(task_json(id, "fine")));

@@ -295,11 +295,18 @@ struct StoredTaskFilter {
     if (top == Top::kind) kind_ok = false;
     top = Top::other;
   }
+  // A member named twice counts once, the first time, as a2a_task_problem()
+  // reads it (RapidJSON's FindMember returns the first of equal names).
+  bool seen_context = false, seen_status = false, seen_kind = false;
   void shape_key(std::string_view k) {
-    if (depth == 1)
-      top = k == "contextId" ? Top::context_id : k == "status" ? Top::status : k == "kind" ? Top::kind : Top::other;
-    else if (depth == 2 && in_status && k == "state")
+    if (depth == 1) {
+      top = Top::other;
+      if (k == "contextId" && !std::exchange(seen_context, true)) top = Top::context_id;
+      else if (k == "status" && !std::exchange(seen_status, true)) top = Top::status;
+      else if (k == "kind" && !std::exchange(seen_kind, true)) top = Top::kind;
+    } else if (depth == 2 && in_status && k == "state") {
       has_state = true;
+    }
   }
   int depth = 0;           // nesting of the event being handled
   int skip = 0;            // > 0: inside a skipped value, this many levels deep
