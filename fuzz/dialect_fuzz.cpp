@@ -60,7 +60,7 @@ void fuzz_task(std::string_view json, const TaskView &view) {
     return;
   }
   const auto &doc = task.json();
-  for (Dialect d : {Dialect::v0_3, Dialect::v1_0}) {
+  for (Dialect d : {Dialect::v0_3, Dialect::v1_0, Dialect::v1_1}) {
     const std::string out = render([&](JsonWriter &w) { write_task(w, doc, d, view); }, dialect_name(d));
     FUZZ_CHECK(!shows_private_metadata(out), out);
   }

@@ -23,20 +23,14 @@
 // (fixture postgres_restart).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "postgres/pg_test_util.hpp"
+#include "serve_process.hpp"
 #include "server_test_support.hpp"
 #include "test_util.hpp"
-
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <set>
-
-extern char **environ;
 
 using namespace tnxtest;
 using toolnexus::Task;
@@ -380,61 +374,9 @@ TEST_CASE("a dead replica's Task is settled once its lease expires; a running re
 }
 
 TEST_CASE("two toolnexus serve processes on one postgres table") {
-  const std::string exe = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
   const std::string sel = selector(pgtest::base_uri(), pgtest::unique("rep_proc"));
   toolnexus::resolve_store(sel)->close();  // creates the table before both start
-  struct Proc {
-    pid_t pid = -1;
-    int out = -1;
-    std::string buf;
-    Proc(const std::string &program, const std::string &store) {
-      int o[2];
-      REQUIRE(::pipe(o) == 0);
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_adddup2(&fa, o[1], 1);
-      posix_spawn_file_actions_addclose(&fa, o[0]);
-      std::vector<std::string> args{program, "serve", "--listen", "127.0.0.1:0", "--store", store, "--log-level", "error"};
-      std::vector<char *> argv;
-      for (auto &s : args) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      const int rc = posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
-      posix_spawn_file_actions_destroy(&fa);
-      ::close(o[1]);
-      out = o[0];
-      REQUIRE_MESSAGE(rc == 0, "cannot run " << program);
-    }
-    ~Proc() {
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-      }
-      ::close(out);
-    }
-    std::string url() {
-      const auto deadline = Clock::now() + 10s;
-      while (buf.find('\n') == std::string::npos && Clock::now() < deadline) {
-        pollfd p{out, POLLIN, 0};
-        if (::poll(&p, 1, 50) <= 0) continue;
-        char b[512];
-        const ssize_t n = ::read(out, b, sizeof b);
-        if (n <= 0) break;
-        buf.append(b, static_cast<size_t>(n));
-      }
-      static const std::regex re(R"(^listening on (http://127\.0\.0\.1:[0-9]+/)\n)");
-      std::smatch m;
-      REQUIRE_MESSAGE(std::regex_search(buf, m, re), "first line: '" << buf << "'");
-      return m[1];
-    }
-    int stop() {
-      ::kill(pid, SIGTERM);
-      int st = 0;
-      ::waitpid(pid, &st, 0);
-      pid = -1;
-      return st;
-    }
-  };
-  Proc pa(exe, sel), pb(exe, sel);
+  ServeProcess pa(sel), pb(sel);
   Client ca(pa.url()), cb(pb.url());
   const std::string id = task_id(ca.send("across processes"));
   auto d = cb.wait_settled(id);

@@ -368,12 +368,13 @@ class Router {
     }
     const std::string version = a2a_version_of(req, query);
     const std::optional<Dialect> dialect = dialect_for_version(version, Dialect::v1_0);
+    if (dialect && is_v1(*dialect)) b.metric_dialect = dialect_name(*dialect);
     int status = 0;
-    if (dialect != Dialect::v1_0) {
+    if (!dialect || !is_v1(*dialect)) {
       status = write_rest_error(
           Failure{rpc_code::kVersionNotSupported,
                   "A2A-Version " + in_quotes(version) +
-                      " is not supported on the HTTP+JSON binding, which speaks A2A 1.0 (A2A 0.3 clients "
+                      " is not supported on the HTTP+JSON binding, which speaks A2A 1.0 and 1.1 (A2A 0.3 clients "
                       "use JSON-RPC: POST /)",
                   "A2A-Version"},
           b.answer);
@@ -385,7 +386,7 @@ class Router {
     } else {
       CallContext call;
       call.principal = principal;
-      call.dialect = Dialect::v1_0;
+      call.dialect = *dialect;
       std::optional<StreamPlan> plan;
       status = serve_rest(*s_.methods, route, query, req.body, s_.limits.max_json_depth, std::move(call), b.out,
                           b.answer, req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan);
@@ -444,7 +445,7 @@ class Router {
     s_.methods->handle(req.body, version, principal, b.out, b.method,
                        req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect);
     b.metric_method = method_label(b.method);
-    b.metric_dialect = dialect == Dialect::v1_0 ? "1.0" : "0.3";
+    b.metric_dialect = dialect_name(dialect);
     if (plan || is_stream) b.metric_transport = "sse";
     if (plan) {
       open_task_stream(out, *s_.watch, std::move(*plan), s_.streams, *s_.log);

@@ -84,12 +84,14 @@ void add_string(rapidjson::Document &d, std::string_view name, std::string_view 
   set_member(d, name, make_string(value, a), a);
 }
 
-// The query parameters of section 11.5: camelCase, then the proto name.
+// The query parameters of section 11.5 (and the 1.1 draft's GetTask
+// currentGeneration): camelCase, then the proto name.
 constexpr std::pair<std::string_view, std::string_view> kQueryParams[] = {
     {"contextId", "context_id"},         {"status", "status"},
     {"pageSize", "page_size"},           {"pageToken", "page_token"},
     {"historyLength", "history_length"}, {"statusTimestampAfter", "status_timestamp_after"},
     {"includeArtifacts", "include_artifacts"}, {"tenant", "tenant"},
+    {"currentGeneration", "current_generation"},  // GetTask's long-poll (A2A 1.1 draft)
 };
 
 // `name` folded for the near-miss check: lower case, no '_' or '-'.

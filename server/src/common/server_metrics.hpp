@@ -53,7 +53,7 @@ class ServerMetrics {
 
   /// One answered A2A request: `method` the A2A v1.0 method name
   /// ("GetTask"; "unknown" before it was read, "other" for a name A2A does
-  /// not have), `dialect` "0.3" or "1.0", `transport` "jsonrpc", "rest" or
+  /// not have), `dialect` "0.3", "1.0" or "1.1", `transport` "jsonrpc", "rest" or
   /// "sse" (a stream was opened), `status` the HTTP status, `ns` the time
   /// until the answer (or the stream) was handed to the connection.
   void observe_request(std::string_view method, std::string_view dialect, std::string_view transport, int status,

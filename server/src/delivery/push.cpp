@@ -80,7 +80,8 @@ PushConfig config_from_stored(const rapidjson::Value &c) {
     p.scheme = std::string(str(find(*a, "scheme")));
     p.credentials = std::string(str(find(*a, "credentials")));
   }
-  p.dialect = str(find(c, "dialect")) == "0.3" ? Dialect::v0_3 : Dialect::v1_0;
+  const std::string_view dialect = str(find(c, "dialect"));
+  p.dialect = dialect == "0.3" ? Dialect::v0_3 : dialect == "1.1" ? Dialect::v1_1 : Dialect::v1_0;
   return p;
 }
 
@@ -163,7 +164,7 @@ PushConfig read_push_config(const rapidjson::Value &v, Dialect d, const std::str
                                                                   (*ss)[0].IsString()) {
       c.scheme.assign((*ss)[0].GetString(), (*ss)[0].GetStringLength());
     } else {
-      bad(field + ".authentication", d == Dialect::v1_0 ? "needs a \"scheme\" (e.g. \"Bearer\")"
+      bad(field + ".authentication", is_v1(d) ? "needs a \"scheme\" (e.g. \"Bearer\")"
                                                         : "needs \"schemes\" (e.g. [\"Bearer\"])");
     }
     if (c.scheme.empty() || c.scheme.find_first_of(" \r\n") != std::string::npos)
@@ -239,7 +240,7 @@ void write_push_config(JsonWriter &w, const PushConfig &cfg, std::string_view ta
     w.Key(k);
     w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
   };
-  if (d == Dialect::v1_0) {
+  if (is_v1(d)) {
     w.StartObject();
     if (!tenant.empty()) put("tenant", tenant);
     put("id", cfg.id);
@@ -458,7 +459,7 @@ bool PushDeliverer::deliver(const std::string &target, const std::string &id) {
     FrameStyle style;
     style.binding = Binding::rest;
     style.dialect = cfg.dialect;
-    if (cfg.dialect == Dialect::v1_0) {
+    if (is_v1(cfg.dialect)) {
       const bool all = for_each_event(task, o.delivered, style, [&](uint64_t s, std::string_view json, std::string_view) {
         bodies.emplace_back(s, std::string(json));
       });
@@ -568,7 +569,7 @@ std::string PushDeliverer::post(const PushConfig &cfg, std::string_view task_id,
     if (path.empty()) path = "/";
     Poco::Net::HTTPRequest req(Poco::Net::HTTPRequest::HTTP_POST, path, Poco::Net::HTTPMessage::HTTP_1_1);
     req.setHost(host, port);
-    req.setContentType(cfg.dialect == Dialect::v1_0 ? "application/a2a+json" : "application/json");
+    req.setContentType(is_v1(cfg.dialect) ? "application/a2a+json" : "application/json");
     req.setContentLength(static_cast<std::streamsize>(body.size()));
     req.set("User-Agent", std::string("toolnexus/") + server_version());
     if (!cfg.scheme.empty() && !cfg.credentials.empty()) req.set("Authorization", cfg.scheme + " " + cfg.credentials);

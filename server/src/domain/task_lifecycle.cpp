@@ -225,6 +225,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   const int64_t now = now_us();
   set_lease(t, now + int64_t{options_.lease_ms} * 1000);
   if (prepare) prepare(t);
+  start_timeline(t);
   add_status_event(t);
   refuse_if_too_large(t, "params.message would make the new Task", "; no Task was created");
 
@@ -250,7 +251,8 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
 
 Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
                            const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold,
-                           const std::function<void(Task &)> &prepare, bool caller_waits) {
+                           const std::function<void(Task &)> &prepare, bool caller_waits,
+                           std::optional<uint64_t> if_generation) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
@@ -258,6 +260,7 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
   int64_t lease_time = 0;
   UpdateResult r = update(id, [&](Snapshot &s) {
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    check_generation(s.task, if_generation);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
       throw LifecycleError(LifecycleErrc::terminal, "Task " + in_quotes(id) + " is " + state +
@@ -300,11 +303,13 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
   return result;
 }
 
-Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, const std::string &tenant) {
+Task TaskLifecycle::cancel(std::string_view task_id, const std::string &owner, const std::string &tenant,
+                          std::optional<uint64_t> if_generation) {
   const std::string id(task_id);
   const std::string not_found = "Task " + in_quotes(id) + " not found";
   UpdateResult r = update(id, [&](Snapshot &s) {
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    check_generation(s.task, if_generation);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
       throw LifecycleError(LifecycleErrc::not_cancelable,
@@ -333,6 +338,27 @@ Task TaskLifecycle::wait_until_settled(TaskWatch::Hold &hold, const std::string 
     throw LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(hold.id()) + " not found");
   if (version != nullptr) *version = latest->version;
   return latest->task;
+}
+
+Snapshot TaskLifecycle::wait_for_generation(const std::string &task_id, const std::string &owner,
+                                            const std::string &tenant, uint64_t after,
+                                            std::chrono::milliseconds timeout) {
+  const auto not_found = [&] {
+    return LifecycleError(LifecycleErrc::not_found, "Task " + in_quotes(task_id) + " not found");
+  };
+  // Held before the read, so a save between the read and the wait is
+  // captured, not missed.
+  std::unique_ptr<TaskWatch::Hold> hold = watch_.hold(task_id);
+  std::optional<TaskRecord> rec = store_->get(task_id);
+  if (!rec || rec->owner != owner || rec->tenant != tenant) throw not_found();
+  auto snap = std::make_shared<Snapshot>(Snapshot{rec->a2a_task(), rec->version, rec->owner, rec->tenant});
+  if (task_generation(snap->task) > after) return std::move(*snap);
+  hold->offer(snap);
+  bool gone = false;
+  SnapshotPtr latest = watch_.wait(
+      *hold, [after](const Snapshot &s) { return task_generation(s.task) > after; }, timeout, &gone);
+  if (gone || !latest || latest->owner != owner || latest->tenant != tenant) throw not_found();
+  return *latest;
 }
 
 void TaskLifecycle::mark_stored(ActiveTask &active) {

@@ -79,6 +79,16 @@ enum class LifecycleErrc {
   overloaded,        ///< -32603: too many Tasks queued
   stopping,          ///< -32603: the server is stopping
   too_large,         ///< -32602: the Task would pass a size limit (see limit())
+  generation_mismatch,  ///< -32010 TaskGenerationMismatchError (A2A 1.1): see generation()
+};
+
+/// The precondition a request named and what the Task was at
+/// (LifecycleErrc::generation_mismatch).
+struct GenerationMismatch {
+  /// The generation the request required (ifGenerationMatch).
+  uint64_t expected = 0;
+  /// The Task's generation when the request was refused.
+  uint64_t current = 0;
 };
 
 /// A size limit a request would pass (LifecycleErrc::too_large).
@@ -97,13 +107,19 @@ class LifecycleError : public std::runtime_error {
  public:
   LifecycleError(LifecycleErrc code, const std::string &message, std::optional<LimitExceeded> limit = std::nullopt)
       : std::runtime_error(message), code_(code), limit_(std::move(limit)) {}
+  /// A generation_mismatch.
+  LifecycleError(const std::string &message, GenerationMismatch g)
+      : std::runtime_error(message), code_(LifecycleErrc::generation_mismatch), generation_(g) {}
   LifecycleErrc code() const noexcept { return code_; }
   /// Set for too_large: which limit, its value and the size met.
   const std::optional<LimitExceeded> &limit() const noexcept { return limit_; }
+  /// Set for generation_mismatch.
+  const std::optional<GenerationMismatch> &generation() const noexcept { return generation_; }
 
  private:
   LifecycleErrc code_;
   std::optional<LimitExceeded> limit_;
+  std::optional<GenerationMismatch> generation_;
 };
 
 /// Settings of a TaskLifecycle.
@@ -222,16 +238,23 @@ class TaskLifecycle {
   /// `hold` as for create(); `prepare` edits the Task in the same save as
   /// the message. `caller_waits`: the caller waits for the outcome (a
   /// blocking SendMessage): the run may happen on the calling thread, as
-  /// for create()'s defer_save.
+  /// for create()'s defer_save. `if_generation` (ifGenerationMatch, A2A
+  /// 1.1 section 3.2.2): when set and the Task's generation (after the
+  /// owner check, before any other) differs, throws
+  /// LifecycleError(generation_mismatch) and nothing is saved; checked
+  /// against the record the compare-and-set save replaces.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
               const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
-              const std::function<void(Task &)> &prepare = {}, bool caller_waits = false);
+              const std::function<void(Task &)> &prepare = {}, bool caller_waits = false,
+              std::optional<uint64_t> if_generation = std::nullopt);
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next
   /// save). A Task of another owner or tenant is not found. Throws
-  /// LifecycleError(not_found|not_cancelable), StoreError.
-  Task cancel(std::string_view task_id, const std::string &owner, const std::string &tenant = {});
+  /// LifecycleError(not_found|not_cancelable|generation_mismatch: as for
+  /// resume()'s `if_generation`), StoreError.
+  Task cancel(std::string_view task_id, const std::string &owner, const std::string &tenant = {},
+              std::optional<uint64_t> if_generation = std::nullopt);
 
   /// Waits (on the TaskWatch, without reading the store) until the held
   /// Task is terminal or interrupted, or `timeout` passes or the server
@@ -241,6 +264,17 @@ class TaskLifecycle {
   /// 0 when a deferred Task has not been saved yet (see persist()).
   Task wait_until_settled(TaskWatch::Hold &hold, const std::string &owner, const std::string &tenant,
                           std::chrono::milliseconds timeout, uint64_t *version = nullptr);
+
+  /// GetTask with currentGeneration (A2A 1.1 draft, section 3.2.7): the
+  /// stored Task `task_id` of this owner and tenant once its generation
+  /// (task_generation()) is past `after`: at once when it already is, else
+  /// when a save (here, or on another server: the TaskWatch hears it
+  /// through the store's change feed, or polls) makes it so, or when
+  /// `timeout` passes or the server stops (then as it is). Throws
+  /// LifecycleError(not_found: missing, another's, or deleted meanwhile),
+  /// StoreError.
+  Snapshot wait_for_generation(const std::string &task_id, const std::string &owner, const std::string &tenant,
+                               uint64_t after, std::chrono::milliseconds timeout);
 
   /// Saves a Task created with defer_save that has not been saved yet, as it
   /// is now, and returns the stored record (also when it was saved by its

@@ -61,6 +61,15 @@ void set_status_event(Task &task, std::string_view state) {
   add_status_event(task);
 }
 
+void check_generation(const Task &task, std::optional<uint64_t> expected) {
+  if (!expected) return;
+  const uint64_t current = task_generation(task);
+  if (current == *expected) return;
+  throw LifecycleError("Task " + in_quotes(task.id()) + " is at generation " + std::to_string(current) +
+                           ", not " + std::to_string(*expected) + " (ifGenerationMatch); nothing was changed",
+                       GenerationMismatch{*expected, current});
+}
+
 // The Task's artifacts array (created when missing).
 rapidjson::Value &artifacts_of(Task &task) {
   rapidjson::Value *arts = find(task.json(), "artifacts");

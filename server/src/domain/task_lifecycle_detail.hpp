@@ -46,6 +46,11 @@ void set_status_with_message(Task &task, std::string_view state, std::string_vie
 /// Sets a new status without a message and records the status event.
 void set_status_event(Task &task, std::string_view state);
 
+/// The ifGenerationMatch precondition (A2A 1.1 section 3.2.2): throws
+/// LifecycleError(generation_mismatch), naming both generations, when
+/// `expected` is set and differs from task_generation(task).
+void check_generation(const Task &task, std::optional<uint64_t> expected);
+
 /// The Task's artifacts array (created when missing).
 rapidjson::Value &artifacts_of(Task &task);
 

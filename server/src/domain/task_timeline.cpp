@@ -36,8 +36,11 @@ uint64_t seq_of(const rapidjson::Value &entry) {
 uint64_t append_entry(Task &task, rapidjson::Value entry) {
   auto &a = task.allocator();
   if (timeline(task) == nullptr) {
+    // A Task that exists without a timeline (stored by hand: `store put`)
+    // counts as generation 1, so its first event is 2; a new Task's is 1
+    // (start_timeline()).
     rapidjson::Value ev(rapidjson::kObjectType);
-    ev.AddMember("seq", uint64_t{0}, a);
+    ev.AddMember("seq", uint64_t{1}, a);
     ev.AddMember("log", rapidjson::Value(rapidjson::kArrayType), a);
     set_task_metadata(task, kEventsKey, std::move(ev));
   }
@@ -105,6 +108,24 @@ uint64_t event_seq(const Task &task) noexcept {
   if (ev == nullptr) return 0;
   const rapidjson::Value *s = find(*ev, "seq");
   return s != nullptr && s->IsUint64() ? s->GetUint64() : 0;
+}
+
+uint64_t task_generation(const Task &task) noexcept { return generation_of(task.json()); }
+
+uint64_t generation_of(const rapidjson::Value &task) noexcept {
+  const rapidjson::Value *md = find(task, "metadata");
+  const rapidjson::Value *ev = md != nullptr && md->IsObject() ? find(*md, kEventsKey) : nullptr;
+  const rapidjson::Value *s = ev != nullptr && ev->IsObject() ? find(*ev, "seq") : nullptr;
+  const uint64_t seq = s != nullptr && s->IsUint64() ? s->GetUint64() : 0;
+  return seq == 0 ? 1 : seq;
+}
+
+void start_timeline(Task &task) {
+  auto &a = task.allocator();
+  rapidjson::Value ev(rapidjson::kObjectType);
+  ev.AddMember("seq", uint64_t{0}, a);
+  ev.AddMember("log", rapidjson::Value(rapidjson::kArrayType), a);
+  set_task_metadata(task, kEventsKey, std::move(ev));
 }
 
 uint64_t oldest_event_seq(const Task &task) noexcept {

@@ -39,6 +39,22 @@ inline constexpr std::size_t kMaxEvents = 64;
 /// The sequence number of the Task's newest event (0: none yet).
 uint64_t event_seq(const Task &task) noexcept;
 
+/// The Task's generation (A2A 1.1, section 3.2.7 of the dev-1.1 text):
+/// 1 when created, +1 exactly per status or artifact change, which is the
+/// sequence number of its newest event (every such change is one event).
+/// A Task stored without a timeline (by `store put`, or by hand) is at
+/// generation 1; its first change makes it 2. Never 0 (which tells a 1.1
+/// client the server does not keep generations). Thread-safety: reads only.
+uint64_t task_generation(const Task &task) noexcept;
+
+/// task_generation() of a stored Task's JSON object (as a view writes it).
+uint64_t generation_of(const rapidjson::Value &task) noexcept;
+
+/// Gives a new Task an empty timeline, so that its first event (its
+/// creation's status) is sequence 1, generation 1. Call once, before the
+/// first add_status_event(). Throws only std::bad_alloc.
+void start_timeline(Task &task);
+
 /// The sequence number of the oldest event still in the timeline (0: none).
 uint64_t oldest_event_seq(const Task &task) noexcept;
 

@@ -120,6 +120,18 @@ std::optional<int64_t> opt_int(const rapidjson::Value &obj, std::string_view nam
   return n;
 }
 
+// A generation a v1.1 request names (ifGenerationMatch, currentGeneration):
+// an int64 as a JSON number or, ProtoJSON's form, a decimal string; none
+// for the older dialects, which do not have these members (A2A 1.1 draft,
+// sections 3.2.2 and 3.2.7).
+std::optional<uint64_t> opt_generation(const rapidjson::Value &obj, std::string_view name, const std::string &field,
+                                       Dialect d) {
+  if (d != Dialect::v1_1) return std::nullopt;
+  const std::optional<int64_t> g = opt_int(obj, name, field, 0, INT64_MAX / 2);
+  if (!g) return std::nullopt;
+  return static_cast<uint64_t>(*g);
+}
+
 std::optional<bool> opt_bool(const rapidjson::Value &obj, std::string_view name, const std::string &field) {
   const rapidjson::Value *v = find(obj, name);
   if (v == nullptr || v->IsNull()) return std::nullopt;
@@ -302,6 +314,18 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
         f.unavailable = true;
         return f;
       }
+      case LifecycleErrc::generation_mismatch: {
+        // Both generations, for a client to re-read and retry (ErrorInfo
+        // metadata in v1.x, error.data in v0.3).
+        Failure f{rpc_code::kTaskGenerationMismatch, e.what(),
+                  m == A2AMethod::cancel_task ? "params.ifGenerationMatch"
+                                              : "params.configuration.ifGenerationMatch",
+                  {}};
+        if (const auto &g = e.generation())
+          f.metadata = {{"expectedGeneration", std::to_string(g->expected)},
+                        {"currentGeneration", std::to_string(g->current)}};
+        return f;
+      }
       case LifecycleErrc::too_large: {
         // The limit, its value and the size the request would have made
         // (ErrorInfo.metadata in v1.0, error.data in v0.3).
@@ -357,8 +381,8 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
     if (!dialect) {
       throw RpcError(rpc_code::kVersionNotSupported,
                      "A2A-Version " + in_quotes(a2a_version) +
-                         " is not supported: this server speaks A2A 1.0 (A2A-Version: 1.0) and 0.3 "
-                         "(no A2A-Version, or 0.3)",
+                         " is not supported: this server speaks A2A 1.1 (A2A-Version: 1.1, the draft's Task "
+                         "generations), 1.0 (A2A-Version: 1.0) and 0.3 (no A2A-Version, or 0.3)",
                      "A2A-Version");
     }
     if (!m || (streaming && stream == nullptr)) {
@@ -370,10 +394,10 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
     }
     // v1.0 (ProtoJSON) takes the proto field names too: renamed to the
     // JSON names here, once, for every method.
-    if (call.dialect == Dialect::v1_0 && env.params != nullptr)
+    if (is_v1(call.dialect) && env.params != nullptr)
       accept_proto_names(st.doc["params"], "params", st.doc.GetAllocator());
     const rapidjson::Value &params = env.params != nullptr ? *env.params : empty_object();
-    if (call.dialect == Dialect::v1_0) {
+    if (is_v1(call.dialect)) {
       if (auto tenant = opt_string(params, "tenant", "params.tenant")) call.tenant = std::string(*tenant);
     }
     if (streaming) {
@@ -441,7 +465,7 @@ void A2AMethods::dispatch(A2AMethod m, const rapidjson::Value &params, const Cal
 
 Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &call, bool streaming, TaskView &view,
                               bool &blocking, std::unique_ptr<TaskWatch::Hold> *hold) {
-  const bool v1 = call.dialect == Dialect::v1_0;
+  const bool v1 = is_v1(call.dialect);
   const rapidjson::Value *m = find(p, "message");
   if (m == nullptr || m->IsNull()) bad_param("params.message", "is required");
   if (!m->IsObject()) bad_param("params.message", "must be an object");
@@ -470,6 +494,7 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
   blocking = !streaming;
   int64_t history_length = -1;
   std::optional<PushConfig> push_cfg;
+  std::optional<uint64_t> if_generation;
   if (const rapidjson::Value *c = find(p, "configuration"); c != nullptr && !c->IsNull()) {
     if (!c->IsObject()) bad_param("params.configuration", "must be an object");
     if (v1) {
@@ -492,11 +517,17 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
                        "params.configuration.acceptedOutputModes");
     }
     push_cfg = message_push_config(*c, call);
+    if_generation =
+        opt_generation(*c, "ifGenerationMatch", "params.configuration.ifGenerationMatch", call.dialect);
   }
   if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param("params.metadata", "must be an object");
   view.history_length = history_length;
   const std::string_view task_id = str(find(*message, "taskId"));
+  if (if_generation && task_id.empty())
+    bad_param("params.configuration.ifGenerationMatch",
+              "applies to a message to an existing Task (params.message.taskId); a new Task has no generation "
+              "to match");
   std::function<void(Task &)> prepare;
   if (push_cfg) {
     // The webhook gets every event from this message on.
@@ -508,7 +539,8 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
   // defer_save), unless its run lasts. A blocking one whose executor
   // runs_briefly() runs on this thread, which would only wait for it.
   return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare, blocking)
-                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare, blocking);
+                         : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare, blocking,
+                                             if_generation);
 }
 
 std::optional<PushConfig> A2AMethods::message_push_config(const rapidjson::Value &c, const CallContext &call) {
@@ -529,7 +561,7 @@ void A2AMethods::push_config(A2AMethod m, const rapidjson::Value &p, const CallC
   if (push_ == nullptr)
     throw RpcError(rpc_code::kPushNotificationNotSupported,
                    "push notifications are not enabled on this agent (its card says pushNotifications: false)");
-  const bool v1 = call.dialect == Dialect::v1_0;
+  const bool v1 = is_v1(call.dialect);
   // The Task: v1.0 params.taskId; v0.3 params.taskId (set) or params.id.
   std::string task_field = "params.taskId";
   std::optional<std::string_view> tid = opt_string(p, "taskId", task_field);
@@ -634,7 +666,7 @@ void A2AMethods::send_message(const rapidjson::Value &p, const CallContext &call
     }
   }
   hold.reset();
-  if (call.dialect == Dialect::v1_0) {
+  if (is_v1(call.dialect)) {
     // SendMessageResponse: the oneof {task | message} (v1.0 section 3.1.1).
     w.StartObject();
     w.Key("task");
@@ -702,6 +734,18 @@ void A2AMethods::stream(A2AMethod m, const rapidjson::Value &p, const CallContex
 void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, JsonWriter &w) {
   const std::string_view task_id = required_string(p, "id", "params.id");
   const std::optional<int64_t> history_length = opt_int(p, "historyLength", "params.historyLength", 0, INT32_MAX);
+  if (const std::optional<uint64_t> current =
+          opt_generation(p, "currentGeneration", "params.currentGeneration", call.dialect)) {
+    // The long-poll (A2A 1.1 draft, section 3.2.7): the answer waits, at
+    // most limits.blocking_timeout_ms, until the Task's generation passes
+    // the one given; then (or at the bound) the Task as it is.
+    const Snapshot s = lifecycle_.wait_for_generation(std::string(task_id), call.principal, call.tenant, *current,
+                                                      std::chrono::milliseconds(blocking_timeout_ms_));
+    TaskView view;
+    view.history_length = history_length.value_or(-1);
+    write_view(w, s.task, call.dialect, view);
+    return;
+  }
   std::optional<TaskRecord> rec = lifecycle_.store()->get(task_id);
   // Another principal's or tenant's Task answers exactly like a missing one.
   if (!rec || rec->owner != call.principal || rec->tenant != call.tenant)
@@ -745,7 +789,8 @@ void A2AMethods::cancel_task(const rapidjson::Value &p, const CallContext &call,
   const std::string_view task_id = required_string(p, "id", "params.id");
   if (const rapidjson::Value *md = find(p, "metadata"); md != nullptr && !md->IsNull() && !md->IsObject())
     bad_param("params.metadata", "must be an object");
-  const Task task = lifecycle_.cancel(task_id, call.principal, call.tenant);
+  const Task task = lifecycle_.cancel(task_id, call.principal, call.tenant,
+                                      opt_generation(p, "ifGenerationMatch", "params.ifGenerationMatch", call.dialect));
   write_view(w, task, call.dialect, TaskView{});
 }
 
@@ -772,7 +817,7 @@ void A2AMethods::list_tasks(const rapidjson::Value &p, const CallContext &call, 
       *status_text != "UNRECOGNIZED") {
     auto state = state_from_any(*status_text);
     if (!state)
-      bad_param("params.status", call.dialect == Dialect::v1_0
+      bad_param("params.status", is_v1(call.dialect)
                                      ? "must be a TaskState (TASK_STATE_SUBMITTED, TASK_STATE_WORKING, "
                                        "TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED, "
                                        "TASK_STATE_COMPLETED, TASK_STATE_CANCELED, TASK_STATE_FAILED, "

@@ -4,6 +4,7 @@
 #include "wire/jsonrpc.hpp"
 #include "toolnexus/task.hpp"
 #include "common/util.hpp"
+#include "domain/task_timeline.hpp"
 
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
@@ -233,13 +234,17 @@ void write_task_v03(JsonWriter &w, const rapidjson::Value &task, const TaskView 
   w.EndObject();
 }
 
-void write_task_v1(JsonWriter &w, const rapidjson::Value &task, const TaskView &view) {
+void write_task_v1(JsonWriter &w, const rapidjson::Value &task, const TaskView &view, bool generation) {
   w.StartObject();
   copy_string(w, task, "id", "id");
   copy_string(w, task, "contextId", "contextId");
   if (const rapidjson::Value *s = find(task, "status"); s != nullptr && s->IsObject()) {
     put_key(w, "status");
     write_status_v1(w, *s);
+  }
+  if (generation) {
+    put_key(w, "generation");
+    w.Uint64(generation_of(task));
   }
   if (const rapidjson::Value *a = find(task, "artifacts");
       view.include_artifacts && a != nullptr && a->IsArray() && !a->Empty()) {
@@ -578,7 +583,14 @@ std::string json_name(std::string_view proto) {
 
 }  // namespace
 
-const char *dialect_name(Dialect d) noexcept { return d == Dialect::v1_0 ? "1.0" : "0.3"; }
+const char *dialect_name(Dialect d) noexcept {
+  switch (d) {
+    case Dialect::v0_3: return "0.3";
+    case Dialect::v1_0: return "1.0";
+    case Dialect::v1_1: return "1.1";
+  }
+  return "1.0";
+}
 
 std::optional<Dialect> dialect_for_version(std::string_view v, Dialect absent) noexcept {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
@@ -611,6 +623,7 @@ std::optional<Dialect> dialect_for_version(std::string_view v, Dialect absent) n
   const long minor = n > 1 ? num(part[1]) : 0;
   if (major == 0) return Dialect::v0_3;
   if (major == 1 && minor == 0) return Dialect::v1_0;
+  if (major == 1 && minor == 1) return Dialect::v1_1;
   return std::nullopt;
 }
 
@@ -656,22 +669,22 @@ std::string timestamp_to_v1(std::string_view stored) {
 }
 
 void write_task(JsonWriter &w, const rapidjson::Value &task, Dialect d, const TaskView &view) {
-  if (d == Dialect::v1_0) write_task_v1(w, task, view);
+  if (is_v1(d)) write_task_v1(w, task, view, d == Dialect::v1_1);
   else write_task_v03(w, task, view);
 }
 
 void write_message(JsonWriter &w, const rapidjson::Value &message, Dialect d) {
-  if (d == Dialect::v1_0) write_message_v1(w, message);
+  if (is_v1(d)) write_message_v1(w, message);
   else message.Accept(w);
 }
 
 void write_status(JsonWriter &w, const rapidjson::Value &status, Dialect d) {
-  if (d == Dialect::v1_0) write_status_v1(w, status);
+  if (is_v1(d)) write_status_v1(w, status);
   else status.Accept(w);
 }
 
 void write_artifact(JsonWriter &w, const rapidjson::Value &artifact, Dialect d) {
-  if (d == Dialect::v1_0) write_artifact_v1(w, artifact);
+  if (is_v1(d)) write_artifact_v1(w, artifact);
   else artifact.Accept(w);
 }
 

@@ -35,20 +35,28 @@
 
 namespace toolnexus::server_detail {
 
-/// The protocol version a request speaks (A2A v1.0 section 3.6).
-enum class Dialect { v0_3, v1_0 };
+/// The protocol version a request speaks (A2A v1.0 section 3.6). v1_1 is
+/// v1_0 plus what the A2A 1.1 draft (the spec's dev-1.1 branch) adds and
+/// this server keeps: Task.generation, on Tasks and on status and artifact
+/// update events (its section 3.2.7); ifGenerationMatch and
+/// TaskGenerationMismatchError (3.2.2, 3.3.2); GetTask's currentGeneration
+/// long-poll. Everything else of it is written as v1_0.
+enum class Dialect { v0_3, v1_0, v1_1 };
+
+/// True for the v1.x dialects (v1_0, v1_1): the shapes of A2A v1.0.
+constexpr bool is_v1(Dialect d) noexcept { return d != Dialect::v0_3; }
 
 /// The JSON writer every response is built with.
 using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
-/// "0.3" or "1.0".
+/// "0.3", "1.0" or "1.1".
 const char *dialect_name(Dialect d) noexcept;
 
 /// The dialect of a request from its A2A-Version service parameter (header,
 /// else query parameter; A2A v1.0 section 3.6): "" = `absent` (v0_3 on
 /// JSON-RPC, whose v0.3 clients send no header; v1_0 on the HTTP+JSON
 /// binding, which only v1.0 defines); "0.x" (x any number, patch allowed) =
-/// v0_3; "1", "1.0", "1.0.x" = v1_0. Leading/trailing blanks are ignored.
+/// v0_3; "1", "1.0", "1.0.x" = v1_0; "1.1", "1.1.x" = v1_1. Leading/trailing blanks are ignored.
 /// Returns std::nullopt for anything else (the caller answers
 /// VersionNotSupported, -32009).
 std::optional<Dialect> dialect_for_version(std::string_view version, Dialect absent) noexcept;

@@ -15,6 +15,7 @@ std::pair<int, const char *> rest_status_for(int code) noexcept {
   switch (code) {
     case rpc_code::kTaskNotFound: return {404, "NOT_FOUND"};
     case rpc_code::kTaskNotCancelable: return {409, "FAILED_PRECONDITION"};
+    case rpc_code::kTaskGenerationMismatch: return {409, "ABORTED"};
     case rpc_code::kPushNotificationNotSupported:
     case rpc_code::kUnsupportedOperation: return {400, "UNIMPLEMENTED"};
     case rpc_code::kContentTypeNotSupported: return {415, "INVALID_ARGUMENT"};

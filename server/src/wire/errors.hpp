@@ -33,7 +33,8 @@ struct Failure {
 /// HTTP+JSON binding (v1.0 section 11.6), both from the error mapping of
 /// section 5.4 (its HTTP and gRPC columns; the A2A error itself is
 /// ErrorInfo.reason): TaskNotFound 404 NOT_FOUND, TaskNotCancelable 409
-/// FAILED_PRECONDITION, PushNotificationNotSupported and
+/// FAILED_PRECONDITION, TaskGenerationMismatch (A2A 1.1 draft) 409
+/// ABORTED, PushNotificationNotSupported and
 /// UnsupportedOperation 400 UNIMPLEMENTED, ExtendedAgentCardNotConfigured,
 /// ExtensionSupportRequired and VersionNotSupported 400
 /// FAILED_PRECONDITION, ContentTypeNotSupported 415 INVALID_ARGUMENT,

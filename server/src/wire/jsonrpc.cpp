@@ -308,6 +308,7 @@ const char *error_reason(int code) noexcept {
     case rpc_code::kExtendedCardNotConfigured: return "EXTENDED_AGENT_CARD_NOT_CONFIGURED";
     case rpc_code::kExtensionSupportRequired: return "EXTENSION_SUPPORT_REQUIRED";
     case rpc_code::kVersionNotSupported: return "VERSION_NOT_SUPPORTED";
+    case rpc_code::kTaskGenerationMismatch: return "TASK_GENERATION_MISMATCH";
     default: return "INTERNAL_ERROR";
   }
 }
@@ -353,7 +354,7 @@ void ResponseWriter::error(RpcId id, int code, std::string_view message, std::st
   const std::string text = valid_utf8_text(message);  // echoed client bytes stay valid JSON
   writer_.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
   const bool more = metadata != nullptr && !metadata->empty();
-  if (dialect == Dialect::v1_0) {
+  if (is_v1(dialect)) {
     writer_.Key("data");
     write_error_details(writer_, code, field, metadata);
   } else if (!field.empty() || more) {

@@ -36,6 +36,9 @@ inline constexpr int kInvalidAgentResponse = -32006;
 inline constexpr int kExtendedCardNotConfigured = -32007;
 inline constexpr int kExtensionSupportRequired = -32008;
 inline constexpr int kVersionNotSupported = -32009;
+/// TaskGenerationMismatchError (A2A 1.1 draft, sections 3.3.2 and 5.4):
+/// ifGenerationMatch named another generation than the Task's.
+inline constexpr int kTaskGenerationMismatch = -32010;
 }  // namespace rpc_code
 
 /// The google.rpc.ErrorInfo reason of an error code (A2A v1.0 section

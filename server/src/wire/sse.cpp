@@ -37,6 +37,15 @@ void end_payload(JsonWriter &w, const FrameStyle &style) {
   if (style.binding == Binding::jsonrpc) w.EndObject();
 }
 
+// A2A 1.1 (section 3.2.7 of the dev-1.1 text): an update event carries the
+// Task's generation after the change it reports, which is the event's
+// sequence number (the SSE id it is sent with).
+void write_generation(JsonWriter &w, const TimelineEvent &e, Dialect d) {
+  if (d != Dialect::v1_1) return;
+  w.Key("generation");
+  w.Uint64(e.seq);
+}
+
 // One status event as its payload.
 void write_status_event(JsonWriter &w, const Task &task, const TimelineEvent &e, Dialect d) {
   // The status as it was, with its message from history.
@@ -48,7 +57,7 @@ void write_status_event(JsonWriter &w, const Task &task, const TimelineEvent &e,
     set_member(st, "message", std::move(copy), a);
   }
   const std::string_view state = str(find(st, "state"));
-  const bool v1 = d == Dialect::v1_0;
+  const bool v1 = is_v1(d);
   w.StartObject();
   if (v1) {
     w.Key("statusUpdate");
@@ -58,6 +67,7 @@ void write_status_event(JsonWriter &w, const Task &task, const TimelineEvent &e,
   put(w, "contextId", task.context_id());
   w.Key("status");
   write_status(w, st, d);
+  write_generation(w, e, d);
   if (!v1) {
     w.Key("final");
     w.Bool(ts::is_terminal(state) || ts::is_interrupted(state));
@@ -82,7 +92,7 @@ void write_artifact_event(JsonWriter &w, const Task &task, const TimelineEvent &
   rapidjson::Value slice(rapidjson::kArrayType);
   for (auto i = e.from; i < e.to; ++i) slice.PushBack(rapidjson::Value(parts[i], a), a);
   chunk.AddMember("parts", slice, a);
-  const bool v1 = d == Dialect::v1_0;
+  const bool v1 = is_v1(d);
   w.StartObject();
   if (v1) {
     w.Key("artifactUpdate");
@@ -96,6 +106,7 @@ void write_artifact_event(JsonWriter &w, const Task &task, const TimelineEvent &
   w.Bool(e.append);
   w.Key("lastChunk");
   w.Bool(e.last_chunk);
+  write_generation(w, e, d);
   if (!v1) {
     put(w, "kind", "artifact-update");
   } else {
@@ -121,7 +132,7 @@ std::string snapshot_payload(const Task &task, const FrameStyle &style, int64_t 
   begin_payload(w, style);
   TaskView view;
   view.history_length = history_length;
-  if (style.dialect == Dialect::v1_0) {
+  if (is_v1(style.dialect)) {
     w.StartObject();
     w.Key("task");
     write_task(w, task.json(), style.dialect, view);
@@ -164,7 +175,7 @@ bool EventRenderCache::events_after(const Task &task, uint64_t after, Dialect d,
   out.clear();
   if (!timeline_events_after(task, after, timeline_)) return false;
   if (timeline_.empty()) return true;
-  auto &cache = events_[d == Dialect::v1_0 ? 1 : 0];
+  auto &cache = events_[static_cast<std::size_t>(d)];
   // Events that left the timeline leave the cache too.
   const uint64_t oldest = oldest_event_seq(task);
   while (!cache.empty() && cache.begin()->first < oldest) cache.erase(cache.begin());
@@ -186,7 +197,7 @@ bool EventRenderCache::events_after(const Task &task, uint64_t after, Dialect d,
 }
 
 const std::string &EventRenderCache::snapshot(const Task &task, uint64_t version, Dialect d, int64_t history_length) {
-  Snap &s = snaps_[d == Dialect::v1_0 ? 1 : 0];
+  Snap &s = snaps_[static_cast<std::size_t>(d)];
   if (s.version != version || s.history_length != history_length) {
     FrameStyle style;
     style.binding = Binding::rest;

@@ -85,13 +85,13 @@ class EventRenderCache : public SharedRenderState {
   const std::string &snapshot(const Task &task, uint64_t version, Dialect d, int64_t history_length);
 
  private:
-  std::map<uint64_t, Event> events_[2];
+  std::map<uint64_t, Event> events_[3];  // by Dialect
   struct Snap {
     uint64_t version = UINT64_MAX;
     int64_t history_length = 0;
     std::string payload;
   };
-  Snap snaps_[2];
+  Snap snaps_[3];  // by Dialect
   /// The events being rendered (reused between calls).
   std::vector<TimelineEvent> timeline_;
 };
