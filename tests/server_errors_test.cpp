@@ -126,7 +126,9 @@ TEST_CASE("JSON-RPC envelope errors") {
           R"([{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"VERSION_NOT_SUPPORTED",)"
           R"("domain":"a2a-protocol.org","metadata":{"field":"A2A-Version"}}])");
     CHECK(error_message(d).find("'2.0'") != std::string::npos);
-    expect_error(c.call("GetTask", R"({"id":"x"})", "32", "A2A-Version: 1.1\r\n"), -32009, "32");
+    expect_error(c.call("GetTask", R"({"id":"x"})", "32", "A2A-Version: 1.2\r\n"), -32009, "32");
+    // 1.1 (the draft's Task generations) is served too.
+    expect_error(c.call("GetTask", R"({"id":"x"})", "35", "A2A-Version: 1.1\r\n"), -32001, "35");
     expect_error(c.call("GetTask", R"({"id":"x"})", "33", "A2A-Version: one\r\n"), -32009, "33");
     // 1.0 is served (the Task is simply not there).
     expect_error(c.call("GetTask", R"({"id":"x"})", "34", "A2A-Version: 1.0\r\n"), -32001, "34");
