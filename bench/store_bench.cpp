@@ -20,6 +20,10 @@
 //   store_bench --gen-tasks N [--long-ids] [--into DIR]
 //   store_bench --page-bench [--fill N] SELECTOR
 //   store_bench --group-commit N SELECTOR...
+//   store_bench --due-bench N [SELECTOR...]
+//
+// --due-bench: time per page of 1000 of a due list (TNX_FILTER_DUE_BEFORE)
+// with N Tasks stored, N/2 due; see bench/due_bench.cpp.
 //
 // --gen-tasks: prints N small Tasks as JSON lines (the input of `toolnexus
 // store put`, e.g. for bench/million.py): 90% completed, 5% input-required,
@@ -771,12 +775,15 @@ void group_commit_file(const std::string &sel, size_t n) {
 
 }  // namespace
 
+// bench/due_bench.cpp: --due-bench N.
+int due_bench_main(size_t n, std::vector<std::string> selectors);
+
 int main(int argc, char **argv) {
   size_t ops = 20000, durable_ops = 2000;
   std::vector<int> thread_counts = {1, 4};
   std::vector<std::string> selectors;
   std::vector<size_t> list_sizes;
-  size_t gen = 0, fill = 0, group = 0;
+  size_t gen = 0, fill = 0, group = 0, due = 0;
   std::string into;
   bool page = false;
   for (int i = 1; i < argc; ++i) {
@@ -787,6 +794,7 @@ int main(int argc, char **argv) {
     else if (a == "--page-bench") page = true;
     else if (a == "--fill" && i + 1 < argc) fill = std::stoul(argv[++i]);
     else if (a == "--group-commit" && i + 1 < argc) group = std::stoul(argv[++i]);
+    else if (a == "--due-bench" && i + 1 < argc) due = std::stoul(argv[++i]);
     else if (a == "--list-bench" && i + 1 < argc) {
       std::string v = argv[++i];
       for (size_t p = 0; p < v.size();) {
@@ -810,7 +818,8 @@ int main(int argc, char **argv) {
                   "       store_bench --list-bench N[,N...] [--long-ids] [SELECTOR...]\n"
                   "       store_bench --gen-tasks N [--long-ids] [--into DIR]\n"
                   "       store_bench --page-bench [--fill N] SELECTOR\n"
-                  "       store_bench --group-commit N SELECTOR...\n");
+                  "       store_bench --group-commit N SELECTOR...\n"
+                  "       store_bench --due-bench N [SELECTOR...]\n");
       return 0;
     } else selectors.push_back(a);
   }
@@ -818,6 +827,7 @@ int main(int argc, char **argv) {
     gen_tasks(gen, into);
     return 0;
   }
+  if (due != 0) return due_bench_main(due, selectors);
   if (page || group != 0) {
     int rc = 0;
     try {

@@ -801,7 +801,7 @@ const std::vector<Rule> kRules = {
     {"read-only-plugin", "the plugin itself honours TNX_OPEN_READ_ONLY: creates nothing, refuses save and delete (ABI 1.2)", read_only_plugin_rule},
     {"one-export", "the plugin file exports only the entry function (ELF dynamic symbol table)", one_export_rule},
     {"change-feed", "a store with TNX_CAP_CHANGE_FEED reports every save and delete, in version order, to every listener (ABI 1.4)", change_feed_rule},
-    {"due-index", "a store with TNX_CAP_DUE_INDEX keeps each Task's due time and lists what is due before a bound, in list order, with the other filters (ABI 1.5)", due_index_rule},
+    {"due-index", "a store with TNX_CAP_DUE_INDEX keeps each Task's due time and lists what is due before a bound in (due time, id) order, paging with a keyset cursor that misses nothing while Tasks are saved and refuses a malformed one, with the other filters (ABI 1.5)", due_index_rule},
 };
 
 std::mutex g_tmp_mu;

@@ -1822,7 +1822,7 @@ TEST_CASE("due index: due times live in the index records, survive a compaction 
       if (i != 2) x.due_us = due0 + i;
       REQUIRE(s.save(x).rc == TNX_OK);
     }
-    CHECK(due_ids(s, due0 + 4) == std::vector<std::string>{"d3@3", "d1@1", "d0@0"});
+    CHECK(due_ids(s, due0 + 4) == std::vector<std::string>{"d0@0", "d1@1", "d3@3"});
     CHECK(s.get("d1").rec.due_us == due0 + 1);
     CHECK(s.get("d2").rec.due_us == TNX_TIME_NONE);
     // Grow the index past its rewrite size: the compacted file keeps them.
@@ -1837,16 +1837,16 @@ TEST_CASE("due index: due times live in the index records, survive a compaction 
       size = now;
     }
     REQUIRE(rewritten);
-    CHECK(due_ids(s, due0 + 100) == std::vector<std::string>{"d4@4", "d3@3", "d1@1", "d0@0"});
+    CHECK(due_ids(s, due0 + 100) == std::vector<std::string>{"d0@0", "d1@1", "d3@3", "d4@4"});
   }
   {
     Store again(t.path);  // read from the compacted index (and the records after it)
-    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d4@4", "d3@3", "d1@1", "d0@0"});
+    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d0@0", "d1@1", "d3@3", "d4@4"});
     Task moved = task("d0", 0);
     moved.due_us = due0 + 50;
     REQUIRE(again.save(moved).rc == TNX_OK);
     REQUIRE(again.del("d3").rc == TNX_OK);
-    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d4@4", "d1@1", "d0@50"});
+    CHECK(due_ids(again, due0 + 100) == std::vector<std::string>{"d1@1", "d4@4", "d0@50"});
   }
   // An index deleted (or untrusted) is rebuilt from the task files alone:
   // they hold no due times (the server's full sweep at start finds what is due).

@@ -21,6 +21,7 @@
 /// The file plugin's internals (see file_plugin.cpp for the on-disk layout).
 namespace toolnexus::file_plugin {
 
+using toolnexus::sdk::DueKey;
 using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::view;

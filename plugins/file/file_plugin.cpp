@@ -166,6 +166,10 @@
 // The cursor is sdk::ListKey's "<time>.<hex id>"; for ids over ~500 bytes,
 // whose ListKey would exceed the ABI's 1024-byte cursor limit, it is
 // "<ListKey of time and the first 460 id bytes>.<sha256 hex of the id>".
+// A due list (ABI 1.5, TNX_FILTER_DUE_BEFORE) walks the index's due set,
+// (due time, key) ascending, from its cursor, sdk::DueKey's
+// "d<due>.<hex key>" (whole, whatever the id's length), so a page visits
+// the Tasks it delivers and those the other filters skip, nothing more.
 //
 // Errors: a task file that cannot be decoded (empty, truncated, not JSON, not
 // an object, no string "id", a bad contextId/status, an "id" that is not the

@@ -157,6 +157,10 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
     std::string context_id, state, owner, tenant, json;
     std::string problem;  // deliver_corrupt: why the record is unreadable
     int64_t due_us;       // ABI 1.5: the host's due time (TNX_TIME_NONE: none)
+    // Its place in a due list (the index's due time, also of a record
+    // delivered corrupt, and its key): what that list's cursor names.
+    int64_t pos_due;
+    std::string key;
   };
 
   // A decoded cursor. Ids whose plain ListKey cursor would exceed 1024 bytes
@@ -285,10 +289,6 @@ class FileStore final : public toolnexus::sdk::Store, private TaskFiles {
 
   // Where a page after `cursor` starts in the index order (imu_ held).
   std::set<Index::OKey, Index::OOrder>::const_iterator start_of(const std::optional<Cursor> &cursor) const;
-  // The entries due before q.due_before_us (ABI 1.5) that come after
-  // `cursor`, in list order (imu_ held): what a due list walks, read from
-  // Index::due alone.
-  std::vector<Index::OKey> due_page_keys(const tnx_list_query &q, const std::optional<Cursor> &cursor) const;
 
   // The cursor of a page whose last record is (time_us, id).
   static std::string encode_cursor(int64_t time_us, const std::string &id);

@@ -146,8 +146,19 @@ void FileStore::del(std::string_view idv, uint64_t expected) {
 
 std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) {
   const size_t limit = toolnexus::sdk::page_size(q);
+  // A due list (ABI 1.5) walks Index::due in (due time, key) order from a
+  // sdk::DueKey cursor; every other list the index order from a Cursor.
+  const bool due_list = (q.filter_flags & TNX_FILTER_DUE_BEFORE) != 0;
   std::optional<Cursor> cursor;
-  if (q.cursor.len != 0) cursor = decode_cursor(view(q.cursor));
+  std::optional<DueKey> due_from;
+  if (q.cursor.len != 0) {
+    if (due_list) due_from = DueKey::decode(view(q.cursor));
+    else cursor = decode_cursor(view(q.cursor));
+  }
+  // The cursor of a page whose last record is at this place.
+  auto cursor_at = [&](int64_t time_us, int64_t due_us, const std::string &key) {
+    return due_list ? DueKey{due_us, key}.encode() : encode_cursor(time_us, key);
+  };
   const bool omit = q.omit_json != 0;
   const bool deliver_corrupt = TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
   catch_up();
@@ -162,23 +173,26 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
     std::vector<Cand> cands;
     bool more = false;
     size_t delivered = 0;
-    int64_t last_time = 0;
+    int64_t last_time = 0, last_due = TNX_TIME_NONE;
     std::string last_id;
     {
       std::shared_lock<std::shared_mutex> l(imu_);
       size_t found = 0;
-      const Index::OKey *last = nullptr;
-      // A due list (ABI 1.5) walks the entries due, in list order, only.
-      const bool due_list = (q.filter_flags & TNX_FILTER_DUE_BEFORE) != 0;
-      std::vector<Index::OKey> due;
-      if (due_list) due = due_page_keys(q, cursor);
+      std::optional<Index::OKey> last;
       auto order_it = due_list ? index_->order.end() : start_of(cursor);
-      size_t due_at = 0;
+      auto due_it = !due_list ? index_->due.end()
+                    : due_from ? index_->due.upper_bound(std::make_pair(due_from->due_us, due_from->id))
+                               : index_->due.begin();
+      Index::OKey due_key{};
       for (;;) {
         const Index::OKey *it = nullptr;
         if (due_list) {
-          if (due_at == due.size()) break;
-          it = &due[due_at++];
+          if (due_it == index_->due.end() || !(due_it->first < q.due_before_us)) break;
+          auto node = index_->entries.find(std::string_view(due_it->second));
+          ++due_it;
+          if (node == index_->entries.end()) continue;
+          due_key = Index::okey(*node, node->second.time_us);
+          it = &due_key;
         } else {
           if (order_it == index_->order.end()) break;
           it = &*order_it++;
@@ -211,14 +225,17 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           r.due_us = e.due_us;
           if (!out(r)) return std::string();
           ++delivered;
-          last = it;
+          last = *it;
         } else {
           cands.push_back(Cand{std::string(it->node->first), std::string(it->id), IEntry::of(e)});
         }
       }
-      if (last != nullptr) {
+      if (last) {
+        // The key, not the id shown (a named key's file name): what the
+        // due index and the order are keyed by.
         last_time = last->time;
-        last_id.assign(last->id);
+        last_due = last->node->second.due_us;
+        last_id.assign(due_list ? std::string_view(last->node->first) : last->id);
       }
     }
     // Read what is delivered (only without omit_json, so nothing was
@@ -236,7 +253,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           raw = std::string();
         }
         items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
-                             c.e.problem, TNX_TIME_NONE});
+                             c.e.problem, TNX_TIME_NONE, c.e.due_us, c.key});
         continue;
       }
       std::optional<Loaded> l;
@@ -261,7 +278,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
           raw = std::string();
         }
         items.push_back(Item{TNX_TIME_NONE, c.shown, 0, "", "", "", "", omit || !raw ? std::string() : std::move(*raw),
-                             bad->message, TNX_TIME_NONE});
+                             bad->message, TNX_TIME_NONE, c.e.due_us, c.key});
         continue;
       }
       if (!l || l->file != c.e.file || l->fields.id != c.key || l->owner != c.e.owner || l->tenant != c.e.tenant) {
@@ -269,7 +286,7 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
         continue;
       }
       items.push_back(Item{c.e.time_us, c.shown, c.e.version, c.e.context_id, c.e.state, c.e.owner, c.e.tenant,
-                           std::move(l->json), std::string(), c.e.due_us});
+                           std::move(l->json), std::string(), c.e.due_us, c.e.due_us, c.key});
     }
     if (!stale.empty() && attempt < 3) {
       for (const std::string &key : stale) reindex(key);
@@ -300,10 +317,12 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
         if (!toolnexus::sdk::matches(q, e->context_id, e->state, l->owner, l->tenant, e->time_us, e->due_us))
           continue;
         if (cursor && !cursor->long_form && !cursor->key.before(e->time_us, key)) continue;
+        if (due_from && !due_from->before(e->due_us, key)) continue;
         items.push_back(Item{e->time_us, key, e->version, e->context_id, e->state, l->owner, l->tenant,
-                             omit ? std::string() : std::move(l->json), std::string(), e->due_us});
+                             omit ? std::string() : std::move(l->json), std::string(), e->due_us, e->due_us, key});
       }
-      std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
+      std::sort(items.begin(), items.end(), [&](const Item &a, const Item &b) {
+        if (due_list) return a.pos_due != b.pos_due ? a.pos_due < b.pos_due : a.key < b.key;
         if (a.time_us != b.time_us) return a.time_us > b.time_us;
         return a.id < b.id;
       });
@@ -324,32 +343,19 @@ std::string FileStore::list(const tnx_list_query &q, const toolnexus::sdk::Recor
       if (!out(r)) return std::string();
     }
     if (!more) return std::string();
-    if (delivered != 0) return encode_cursor(last_time, last_id);
+    // With omit_json the page was delivered from the index: its cursor is
+    // the last record delivered there.
+    if (delivered != 0) return cursor_at(last_time, last_due, last_id);
     // Every candidate of the page was dropped (it kept changing, or went
     // away): the next page starts after them, not nowhere.
-    if (items.empty())
-      return cands.empty() ? std::string() : encode_cursor(cands.back().e.time_us, cands.back().shown);
-    return encode_cursor(items.back().time_us, items.back().id);
+    if (items.empty()) {
+      if (cands.empty()) return std::string();
+      const Cand &c = cands.back();
+      return cursor_at(c.e.time_us, c.e.due_us, due_list ? c.key : c.shown);
+    }
+    const Item &it = items.back();
+    return cursor_at(it.time_us, it.pos_due, due_list ? it.key : it.id);
   }
-}
-
-std::vector<Index::OKey> FileStore::due_page_keys(const tnx_list_query &q,
-                                                  const std::optional<Cursor> &cursor) const {
-  std::vector<Index::OKey> keys;
-  for (auto d = index_->due.begin(); d != index_->due.end() && d->first < q.due_before_us; ++d) {
-    auto it = index_->entries.find(std::string_view(d->second));
-    if (it != index_->entries.end()) keys.push_back(Index::okey(*it, it->second.time_us));
-  }
-  const Index::OOrder order;
-  std::sort(keys.begin(), keys.end(), order);
-  if (!cursor) return keys;
-  // As start_of(): after the cursor's (time, id); a long-form cursor (an id
-  // cut short) starts at its prefix again, a repeat rather than a loss.
-  const Index::OKey from{cursor->key.time_us, cursor->key.id, !cursor->long_form, nullptr};
-  auto first = cursor->long_form ? std::lower_bound(keys.begin(), keys.end(), from, order)
-                                 : std::upper_bound(keys.begin(), keys.end(), from, order);
-  keys.erase(keys.begin(), first);
-  return keys;
 }
 
 uint64_t FileStore::count(const tnx_list_query &q) {
@@ -357,8 +363,10 @@ uint64_t FileStore::count(const tnx_list_query &q) {
   if (q.filter_flags & TNX_FILTER_DUE_BEFORE) {
     std::shared_lock<std::shared_mutex> l(imu_);
     uint64_t n = 0;
-    for (const Index::OKey &k : due_page_keys(q, std::nullopt)) {
-      const EntryView e = k.node->second.view();
+    for (auto d = index_->due.begin(); d != index_->due.end() && d->first < q.due_before_us; ++d) {
+      auto node = index_->entries.find(std::string_view(d->second));
+      if (node == index_->entries.end()) continue;
+      const EntryView e = node->second.view();
       if (!e.corrupt && toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us)) ++n;
     }
     return n;

@@ -7,8 +7,10 @@
 // asked for (then it walks only the window of the ordered index).
 // Change feed (ABI 1.4): every save and delete is reported to the host's
 // sink under the write lock, so an id's versions arrive in order.
-// Due index (ABI 1.5): the records with a due time, ordered by it, so a
-// TNX_FILTER_DUE_BEFORE list visits only the records due.
+// Due index (ABI 1.5): the records with a due time, ordered by (due time,
+// id), kept by every save and delete, so a TNX_FILTER_DUE_BEFORE list is a
+// walk of that map from its cursor (sdk::DueKey) in the due list's order:
+// a page visits the records it delivers (and those the other filters skip).
 // Built against the SDK only.
 #include "toolnexus/plugin.hpp"
 
@@ -26,6 +28,7 @@
 
 namespace {
 
+using toolnexus::sdk::DueKey;
 using toolnexus::sdk::Error;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::view;
@@ -130,7 +133,14 @@ class MemoryStore final : public toolnexus::sdk::Store {
   uint64_t count(const tnx_list_query &q) override {
     std::shared_lock lock(mu_);
     if (toolnexus::plugins::TaskCounts::answers(q)) return counts_.count(q);
-    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) return static_cast<uint64_t>(due_matches(q).size());
+    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) {
+      uint64_t n = 0;
+      for (auto it = due_.begin(); it != due_.end() && it->first.first < q.due_before_us; ++it) {
+        const Entry &e = it->second->second;
+        if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us)) ++n;
+      }
+      return n;
+    }
     // A time window: walk that window of the list order only.
     auto it = order_.begin();
     if (q.filter_flags & TNX_FILTER_BEFORE) {
@@ -149,6 +159,7 @@ class MemoryStore final : public toolnexus::sdk::Store {
   std::string list(const tnx_list_query &q, const toolnexus::sdk::RecordOut &out) override {
     const uint32_t limit = toolnexus::sdk::page_size(q);
     std::shared_lock lock(mu_);
+    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) return list_due(q, limit, out);
     // A contextId filter walks that context's own ordered index.
     const Order *order = &order_;
     if (q.filter_flags & TNX_FILTER_CONTEXT_ID) {
@@ -156,7 +167,6 @@ class MemoryStore final : public toolnexus::sdk::Store {
       if (c == by_context_.end()) return std::string();
       order = &c->second;
     }
-    if (q.filter_flags & TNX_FILTER_DUE_BEFORE) return list_due(q, limit, out);
     auto it = order->begin();
     if (q.cursor.len != 0) {
       ListKey k = ListKey::decode(view(q.cursor));
@@ -181,38 +191,23 @@ class MemoryStore final : public toolnexus::sdk::Store {
  private:
   using Node = std::pair<const std::string, Entry>;
 
-  // Every record due before the query's bound that passes its other
-  // filters, in list order; mu_ held. Visits the due index only.
-  std::vector<const Node *> due_matches(const tnx_list_query &q) const {
-    std::vector<const Node *> v;
-    for (auto it = due_.begin(); it != due_.end() && it->first.first < q.due_before_us; ++it) {
-      const Entry &e = it->second->second;
-      if (toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us))
-        v.push_back(it->second);
-    }
-    std::sort(v.begin(), v.end(), [](const Node *a, const Node *b) {
-      return ListOrder()({a->second.time_us, a->first}, {b->second.time_us, b->first});
-    });
-    return v;
-  }
-
-  // A page of a due list (see list()): sorts what is due, then pages it
-  // like every list (the cursor is the last (time, id) delivered).
+  // A page of a due list (see list()): the due index walked from the
+  // cursor in (due time, id) order, up to the bound; mu_ held.
   std::string list_due(const tnx_list_query &q, uint32_t limit, const toolnexus::sdk::RecordOut &out) const {
-    const std::vector<const Node *> v = due_matches(q);
-    auto it = v.begin();
+    auto it = due_.begin();
     if (q.cursor.len != 0) {
-      ListKey k = ListKey::decode(view(q.cursor));
-      it = std::upper_bound(v.begin(), v.end(), k, [](const ListKey &key, const Node *n) {
-        return key.before(n->second.time_us, n->first);
-      });
+      DueKey k = DueKey::decode(view(q.cursor));
+      it = due_.upper_bound({k.due_us, std::move(k.id)});
     }
     uint32_t n = 0;
-    ListKey last;
-    for (; it != v.end(); ++it) {
-      if (n == limit) return last.encode();
-      if (!out(record((*it)->first, (*it)->second, q.omit_json != 0))) return std::string();
-      last = ListKey{(*it)->second.time_us, (*it)->first};
+    const Node *last = nullptr;
+    for (; it != due_.end() && it->first.first < q.due_before_us; ++it) {
+      const Entry &e = it->second->second;
+      if (!toolnexus::sdk::matches(q, e.context_id, e.state, e.owner, e.tenant, e.time_us, e.due_us)) continue;
+      // One more match after a full page: a next page, after the last one.
+      if (n == limit) return DueKey{last->second.due_us, last->first}.encode();
+      if (!out(record(it->second->first, e, q.omit_json != 0))) return std::string();
+      last = it->second;
       ++n;
     }
     return std::string();

@@ -84,27 +84,34 @@ class Sql {
   /// The due index (ABI 1.5), an addition to schema 3 made at a read-write
   /// open (no version bump: an older plugin names its columns, so it
   /// ignores the column): a nullable bigint due_us (NULL = nothing due) and
-  /// a partial index on the rows that have one, so that a due list reads
-  /// only what is due. ADD COLUMN of a column without a default rewrites no
-  /// row. Run only when due_probe() says either is missing, under the
-  /// schema lock (plain ADD COLUMN: IF NOT EXISTS needs server 9.6).
+  /// a partial index on (due_us, id) of the rows that have one, in the due
+  /// list's order, so that a due page is an index range read in order from
+  /// its cursor. ADD COLUMN of a column without a default rewrites no row.
+  /// Also drops old_due_index(), the (due_us) index of development builds
+  /// of 1.5 before the due order. Run only when due_probe() says something
+  /// is missing or left over, under the schema lock (plain ADD COLUMN: IF
+  /// NOT EXISTS needs server 9.6).
   std::vector<std::string> create_due(bool add_column) const {
     std::vector<std::string> v;
     if (add_column) v.push_back("ALTER TABLE " + t_ + " ADD COLUMN due_us bigint");
     v.push_back("CREATE INDEX IF NOT EXISTS " + quote_ident(due_index()) + " ON " + t_ +
-                " (due_us) WHERE due_us IS NOT NULL");
+                " (due_us, id) WHERE due_us IS NOT NULL");
+    v.push_back("DROP INDEX IF EXISTS " + quote_ident(old_due_index()));
     return v;
   }
 
   /// Name of the due index.
-  std::string due_index() const { return table_ + "_by_due"; }
+  std::string due_index() const { return table_ + "_by_due_id"; }
+  /// Name of the due index of development builds of 1.5 (due_us only).
+  std::string old_due_index() const { return table_ + "_by_due"; }
 
-  /// Whether the due column and its index exist: one row, two bigints (0 or
-  /// 1 each). $1 = the quoted table name, $2 = the quoted due_index().
+  /// Whether the due column, its index and the old index exist: one row,
+  /// three bigints (0 or 1 each). $1 = the quoted table name, $2 = the
+  /// quoted due_index(), $3 = the quoted old_due_index().
   static std::string due_probe() {
     return "SELECT (SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1)"
            " AND attname = 'due_us' AND NOT attisdropped), (SELECT count(*) FROM pg_catalog.pg_class"
-           " WHERE oid = to_regclass($2))";
+           " WHERE oid = to_regclass($2)), (SELECT count(*) FROM pg_catalog.pg_class WHERE oid = to_regclass($3))";
   }
 
   /// CREATE TABLE IF NOT EXISTS of the version table (idempotent).
@@ -417,6 +424,15 @@ class Sql {
     if (filters & kAfter) s += " AND status_time_us > " + p();
     if (filters & kBefore) s += " AND status_time_us < " + p();
     if (filters & kDueBefore) s += " AND due_us IS NOT NULL AND due_us < " + p();
+    if (filters & kDueBefore) {
+      // A due list (ABI 1.5): (due_us, id) order, a range of due_index().
+      if (cursor) {
+        std::string d = p(), i = p();
+        s += " AND due_us >= " + d + " AND (due_us > " + d + " OR id > " + i + ")";
+      }
+      s += " ORDER BY due_us, id LIMIT " + p();
+      return s;
+    }
     if (cursor) {
       std::string t = p(), i = p();
       s += " AND status_time_us <= " + t + " AND (status_time_us < " + t + " OR id > " + i + ")";

@@ -101,10 +101,12 @@
 //     (see "Change feed" below).
 //   Due index (ABI 1.5, an addition to version 3, no version bump): column
 //     due_us bigint (NULL = nothing due; set by every save, NULL on delete)
-//     and the partial index "<table>_by_due" (due_us) WHERE due_us IS NOT
-//     NULL, added by a read-write open when missing (pg::Sql::create_due),
-//     so a TNX_FILTER_DUE_BEFORE list or count reads the rows due only and
-//     sorts those. An older plugin names its columns in every statement:
+//     and the partial index "<table>_by_due_id" (due_us, id) WHERE due_us IS
+//     NOT NULL, added by a read-write open when missing (pg::Sql::create_due,
+//     which drops "<table>_by_due", the (due_us) index of development builds
+//     of 1.5), so a TNX_FILTER_DUE_BEFORE page is a range of that index read
+//     in the due list's order from its cursor (sdk::DueKey), and a count
+//     reads the rows due only. An older plugin names its columns in every statement:
 //     its inserts leave due_us NULL (not due), its updates leave it as it
 //     was (the Task may be listed as due once more than needed, never
 //     missed by a host that saves due times through this plugin). A table
@@ -142,7 +144,8 @@
 // - list is keyset pagination on the index of the most selective filter: the
 //   cursor is the (status_time_us, id) of the last record delivered
 //   (sdk::ListKey), the next page starts strictly after it; no OFFSET. A page
-//   asks for page_size + 1 rows to know whether a next page exists.
+//   asks for page_size + 1 rows to know whether a next page exists. A due
+//   list's order is (due_us, id), its cursor sdk::DueKey.
 // - The connection pool is thread-safe (TNX_CAP_THREAD_SAFE). A connection is
 //   checked before each use (libpq status, transaction state, and any input
 //   that arrived while it was idle: a server that went away sends EOF or a
@@ -229,6 +232,7 @@ namespace {
 
 namespace pg = toolnexus::pg;
 using toolnexus::sdk::Error;
+using toolnexus::sdk::DueKey;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::RecordOut;
 using toolnexus::sdk::view;
@@ -796,8 +800,11 @@ class PgStore final : public toolnexus::sdk::Store {
     const uint32_t filters = q.filter_flags;
     const bool has_cursor = q.cursor.len != 0;
     const bool omit = q.omit_json != 0;
+    const bool due_list = (filters & pg::kDueBefore) != 0;
     ListKey key;
-    if (has_cursor) key = ListKey::decode(view(q.cursor));
+    DueKey due_key;
+    if (has_cursor && due_list) due_key = DueKey::decode(view(q.cursor));
+    else if (has_cursor) key = ListKey::decode(view(q.cursor));
     Params p;
     if (filters & pg::kByContext) p.text(view(q.context_id));
     if (filters & pg::kByState) p.text(view(q.state));
@@ -806,7 +813,10 @@ class PgStore final : public toolnexus::sdk::Store {
     if (filters & pg::kAfter) p.int8(q.after_us);
     if (filters & pg::kBefore) p.int8(q.before_us);
     if (filters & pg::kDueBefore) p.int8(q.due_before_us);
-    if (has_cursor) {
+    if (has_cursor && due_list) {
+      p.int8(due_key.due_us);
+      p.text(due_key.id);
+    } else if (has_cursor) {
       p.int8(key.time_us);
       p.text(key.id);
     }
@@ -826,9 +836,11 @@ class PgStore final : public toolnexus::sdk::Store {
         TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
     const int rows = PQntuples(r.get());
     ListKey last;
+    DueKey due_last;
     std::string problem;
     for (int i = 0; i < rows; ++i) {
-      if (static_cast<uint32_t>(i) == limit) return last.encode();  // one more row: a next page exists
+      // One more row: a next page exists.
+      if (static_cast<uint32_t>(i) == limit) return due_list ? due_last.encode() : last.encode();
       tnx_task_record rec;
       try {
         rec = row_record(r.get(), i, "list");
@@ -841,6 +853,8 @@ class PgStore final : public toolnexus::sdk::Store {
       if (!out(rec)) return std::string();
       last.time_us = rec.status_time_us;
       last.id.assign(view(rec.id));
+      due_last.due_us = rec.due_us;
+      due_last.id.assign(view(rec.id));
     }
     return std::string();
   }
@@ -1460,19 +1474,23 @@ void PgStore::setup_schema() {
 }
 
 void PgStore::setup_due(Conn &c, const std::string &what, bool create) {
-  const std::string quoted = pg::quote_ident(opt_.table), index = pg::quote_ident(sql_.due_index());
+  const std::string quoted = pg::quote_ident(opt_.table), index = pg::quote_ident(sql_.due_index()),
+                    old_index = pg::quote_ident(sql_.old_due_index());
   Params p;  // borrows the strings above
   p.text(quoted);
   p.text(index);
+  p.text(old_index);
+  int64_t old = 0;
   auto probe = [&](int64_t &column, int64_t &has_index) {
     Result r = exec_sql(c, pg::Sql::due_probe(), p, what, timeout_ms_);
-    column = has_index = 0;
+    column = has_index = old = 0;
     read_int(r.get(), 0, 0, column);
     read_int(r.get(), 0, 1, has_index);
+    read_int(r.get(), 0, 2, old);
   };
   int64_t column = 0, has_index = 0;
   probe(column, has_index);
-  if (create && (column == 0 || has_index == 0)) {
+  if (create && (column == 0 || has_index == 0 || old != 0)) {
     // Like the change feed's trigger: a role that may write the table but
     // not alter it still opens it, without the due index.
     const Params none;

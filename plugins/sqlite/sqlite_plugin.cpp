@@ -95,13 +95,18 @@
 //     tnx_tasks_by_context (context_id, status_time_us DESC, id)
 //     tnx_tasks_by_state   (state, ...), tnx_tasks_by_owner (owner, ...),
 //     tnx_tasks_by_tenant  (tenant, ...)
-//   and the due index (ABI 1.5): tnx_tasks_by_due (due_us) WHERE due_us IS NOT NULL
-//     the rows with a due time only: a TNX_FILTER_DUE_BEFORE list or count
-//     reads the index range of what is due, then sorts those rows into the
-//     list order (cost grows with the Tasks due, not with those stored).
+//   and the due index (ABI 1.5): tnx_tasks_by_due_id (due_us, id) WHERE
+//     due_us IS NOT NULL: the rows with a due time only, in the due list's
+//     order, so a TNX_FILTER_DUE_BEFORE page is an index range from its
+//     cursor, read in order with LIMIT (no sort; cost grows with the page),
+//     and a count the range of what is due.
 //     Column and index are added (ALTER TABLE ADD COLUMN, which rewrites no
 //     row, and CREATE INDEX) in one transaction by any read-write open that
-//     finds them missing, without a user_version change: an older plugin
+//     finds them missing, without a user_version change; the same
+//     transaction drops tnx_tasks_by_due (due_us), the index of development
+//     builds of 1.5 before the due order (a plugin of such a build refuses
+//     to open the file afterwards: it finds its index missing and fails to
+//     add the column again). An older plugin
 //     names its columns in every statement, so it ignores due_us. Its
 //     INSERT leaves due_us NULL (not due); its UPDATE leaves due_us as it
 //     was, so a Task it re-saves may be listed as due when it is not (the
@@ -211,6 +216,7 @@
 namespace {
 
 using toolnexus::sdk::Error;
+using toolnexus::sdk::DueKey;
 using toolnexus::sdk::ListKey;
 using toolnexus::sdk::RecordOut;
 using toolnexus::sdk::view;
@@ -530,16 +536,33 @@ constexpr const char *kMigrate1To2Sql =
     "DROP TABLE tnx_tasks;\n"
     "ALTER TABLE tnx_tasks_v2 RENAME TO tnx_tasks;\n";
 
-/// The due index (ABI 1.5; see the schema comment): added to a database
-/// that lacks it by a read-write open, in one transaction.
-constexpr const char *kDueIndexSql =
-    "ALTER TABLE tnx_tasks ADD COLUMN due_us INTEGER;\n"
-    "CREATE INDEX tnx_tasks_by_due ON tnx_tasks (due_us) WHERE due_us IS NOT NULL;\n";
+/// The due column (ABI 1.5; see the schema comment): added to a database
+/// that lacks it by a read-write open, in the transaction of kDueIndexSql.
+constexpr const char *kDueColumnSql = "ALTER TABLE tnx_tasks ADD COLUMN due_us INTEGER";
 
-/// 2 when the database has the due column and its index, else less.
+/// The due index in the due list's order, replacing the (due_us) index of
+/// development builds of 1.5; run by a read-write open that finds the
+/// database not as kDueReadySql wants it, in one transaction.
+constexpr const char *kDueIndexSql =
+    "CREATE INDEX IF NOT EXISTS tnx_tasks_by_due_id ON tnx_tasks (due_us, id) WHERE due_us IS NOT NULL;\n"
+    "DROP INDEX IF EXISTS tnx_tasks_by_due;\n";
+
+/// 1 when the database has the due column, else 0.
+constexpr const char *kDueColumnProbeSql =
+    "SELECT count(*) FROM pragma_table_info('tnx_tasks') WHERE name = 'due_us'";
+
+/// 2 when the database has the due column and its index (it keeps due
+/// times, keeps_due()), else less.
 constexpr const char *kDueProbeSql =
     "SELECT (SELECT count(*) FROM pragma_table_info('tnx_tasks') WHERE name = 'due_us')"
-    " + (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'tnx_tasks_by_due')";
+    " + (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'tnx_tasks_by_due_id')";
+
+/// 2 when the database is as a read-write open leaves it: kDueProbeSql's
+/// 2 and no index of an earlier build (tnx_tasks_by_due) left to drop.
+constexpr const char *kDueReadySql =
+    "SELECT (SELECT count(*) FROM pragma_table_info('tnx_tasks') WHERE name = 'due_us')"
+    " + (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'tnx_tasks_by_due_id')"
+    " - (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'tnx_tasks_by_due')";
 
 /// Columns every read delivers, in tnx_task_record order.
 #define TNX_SQLITE_COLUMNS "id, context_id, state, status_time_us, owner, tenant, version"
@@ -584,8 +607,13 @@ constexpr const char *kDeleteSql = "DELETE FROM tnx_tasks WHERE id = ?1";
 /// cursor presence and omit_json. Columns as get_sql(): TNX_SQLITE_COLUMNS,
 /// task_json, rowid (to name a row whose id is unreadable), due_us (`due`:
 /// the database has it). Parameters: ?1 context_id, ?2 state, ?3 owner,
-/// ?4 tenant, ?5 after, ?6 before, ?7/?8 cursor time/id, ?9 limit, ?10 due
-/// before.
+/// ?4 tenant, ?5 after, ?6 before, ?7/?8 cursor time/id (a due list's:
+/// cursor due time/id), ?9 limit, ?10 due before.
+/// A due list (ABI 1.5) is in (due_us, id) order, continued with "due >= d
+/// AND (due > d OR id > i)": a range of tnx_tasks_by_due_id read in order.
+/// Its rows have an integer due_us (typeof): a value edited by hand into
+/// another type is no due time (due_of_row), so it is never listed as due
+/// (nor could a cursor hold its place).
 /// The keyset condition "time < t OR (time = t AND id > i)" is written as
 /// "time <= t AND (time < t OR id > i)" so that it is an index range.
 /// The index a list or count with these filters walks: the first of
@@ -596,7 +624,7 @@ constexpr const char *kDeleteSql = "DELETE FROM tnx_tasks WHERE id = ?1";
 /// query and read every row of the owner. A due list (ABI 1.5) always walks
 /// the due index: what is due is few, whatever else is asked.
 const char *list_index(uint32_t flags) {
-  if (flags & TNX_FILTER_DUE_BEFORE) return "tnx_tasks_by_due";
+  if (flags & TNX_FILTER_DUE_BEFORE) return "tnx_tasks_by_due_id";
   if (flags & TNX_FILTER_CONTEXT_ID) return "tnx_tasks_by_context";
   if (flags & TNX_FILTER_STATE) return "tnx_tasks_by_state";
   if (flags & TNX_FILTER_OWNER) return "tnx_tasks_by_owner";
@@ -618,7 +646,12 @@ std::string list_sql(uint32_t flags, bool cursor, bool omit_json, bool due) {
   if (flags & TNX_FILTER_TENANT) s += " AND tenant = ?4";
   if (flags & TNX_FILTER_AFTER) s += " AND status_time_us > ?5";
   if (flags & TNX_FILTER_BEFORE) s += " AND status_time_us < ?6";
-  if (flags & TNX_FILTER_DUE_BEFORE) s += " AND due_us IS NOT NULL AND due_us < ?10";
+  if (flags & TNX_FILTER_DUE_BEFORE) {
+    s += " AND due_us IS NOT NULL AND due_us < ?10 AND typeof(due_us) = 'integer'";
+    if (cursor) s += " AND due_us >= ?7 AND (due_us > ?7 OR id > ?8)";
+    s += " ORDER BY due_us, id LIMIT ?9";
+    return s;
+  }
   if (cursor) s += " AND status_time_us <= ?7 AND (status_time_us < ?7 OR id > ?8)";
   s += " ORDER BY status_time_us DESC, id LIMIT ?9";
   return s;
@@ -644,7 +677,7 @@ std::string count_sql(uint32_t flags, bool counters) {
   if (flags & TNX_FILTER_TENANT) s += " AND tenant = ?4";
   if (flags & TNX_FILTER_AFTER) s += " AND status_time_us > ?5";
   if (flags & TNX_FILTER_BEFORE) s += " AND status_time_us < ?6";
-  if (flags & TNX_FILTER_DUE_BEFORE) s += " AND due_us IS NOT NULL AND due_us < ?10";
+  if (flags & TNX_FILTER_DUE_BEFORE) s += " AND due_us IS NOT NULL AND due_us < ?10 AND typeof(due_us) = 'integer'";
   return s;
 }
 
@@ -1381,8 +1414,13 @@ class SqliteStore final : public toolnexus::sdk::Store {
         throw Error(TNX_EINVAL, "sqlite: list: a query field has a NULL pointer and a length");
     const uint32_t limit = toolnexus::sdk::page_size(q);
     const bool has_cursor = q.cursor.len != 0;
+    // A due list's place is a sdk::DueKey (see list_sql), any other's a
+    // Position.
+    const bool due_list = (q.filter_flags & TNX_FILTER_DUE_BEFORE) != 0;
     Position from;
-    if (has_cursor) from = Position::decode(view(q.cursor));
+    DueKey due_from;
+    if (has_cursor && due_list) due_from = DueKey::decode(view(q.cursor));
+    else if (has_cursor) from = Position::decode(view(q.cursor));
     const bool omit = q.omit_json != 0;
     const bool deliver_corrupt =
         TNX_HAS_FIELD(&q, tnx_list_query, deliver_corrupt) && q.deliver_corrupt != 0;
@@ -1398,20 +1436,25 @@ class SqliteStore final : public toolnexus::sdk::Store {
     if (f & TNX_FILTER_AFTER) st.i64(5, q.after_us);
     if (f & TNX_FILTER_BEFORE) st.i64(6, q.before_us);
     if (f & TNX_FILTER_DUE_BEFORE) st.i64(10, q.due_before_us);
-    if (has_cursor) {
+    if (has_cursor && due_list) {
+      st.i64(7, due_from.due_us);
+      st.text(8, due_from.id);
+    } else if (has_cursor) {
       const int rc = from.bind(st.get());
       if (rc != SQLITE_OK) throw c.error(rc, "sqlite: list");
     }
     st.i64(9, static_cast<int64_t>(limit) + 1);  // one more: is there a next page?
 
     Position last;
+    DueKey due_last;
     std::string corrupt_name, problem;
     for (uint32_t n = 0;; ++n) {
       const int rc = st.step();
       if (rc == SQLITE_DONE) return std::string();
       if (rc != SQLITE_ROW) throw c.error(rc, "sqlite: list");
-      if (n == limit) return last.encode();
-      if (n + 1 == limit) last = Position::of_row(st.get());
+      if (n == limit) return due_list ? due_last.encode() : last.encode();
+      if (n + 1 == limit && due_list) due_last = DueKey{due_of_row(st.get()), Position::of_row(st.get()).id};
+      else if (n + 1 == limit) last = Position::of_row(st.get());
       tnx_task_record rec;
       try {
         rec = decode_row(c, st.get(), omit);
@@ -1623,11 +1666,14 @@ class SqliteStore final : public toolnexus::sdk::Store {
   /// finds them missing; decided again inside BEGIN IMMEDIATE, so processes
   /// opening at once add them exactly once.
   void ensure_due_index(Conn &w) {
-    if (w.query_int(kDueProbeSql, "sqlite: open") == 2) return;
+    if (w.query_int(kDueReadySql, "sqlite: open") == 2) return;
     w.exec("BEGIN IMMEDIATE", "sqlite: open");
     try {
-      if (w.query_int(kDueProbeSql, "sqlite: open") != 2)
-        w.exec(kDueIndexSql, "sqlite: adding the due index (column due_us of tnx_tasks)");
+      if (w.query_int(kDueReadySql, "sqlite: open") != 2) {
+        if (w.query_int(kDueColumnProbeSql, "sqlite: open") == 0)
+          w.exec(kDueColumnSql, "sqlite: adding the due column (due_us of tnx_tasks)");
+        w.exec(kDueIndexSql, "sqlite: adding the due index tnx_tasks_by_due_id (due_us, id)");
+      }
       w.exec("COMMIT", "sqlite: open");
     } catch (...) {
       if (sqlite3_get_autocommit(w.db()) == 0)

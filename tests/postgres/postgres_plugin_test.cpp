@@ -351,7 +351,7 @@ TEST_CASE("due index (ABI 1.5): a version 3 table without it gains it at a read-
   open_store(t)->save(make_task("old", "c", "working", 1));
   // As a table of a plugin before 1.5: no due column, no due index; a row
   // saved by it.
-  admin.exec("DROP INDEX \"" + t + "_by_due\"");
+  admin.exec("DROP INDEX \"" + t + "_by_due_id\"");
   admin.exec("ALTER TABLE " + t + " DROP COLUMN due_us");
   const std::string has_column =
       "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'due_us'";
@@ -372,31 +372,53 @@ TEST_CASE("due index (ABI 1.5): a version 3 table without it gains it at a read-
   auto w = open_store(t);
   CHECK((w->info().capabilities & TNX_CAP_DUE_INDEX) != 0);
   CHECK(admin.scalar(has_column, {t}) == "1");
-  CHECK(admin.scalar("SELECT count(*) FROM pg_class WHERE relname = $1", {t + "_by_due"}) == "1");
+  CHECK(admin.scalar("SELECT count(*) FROM pg_class WHERE relname = $1", {t + "_by_due_id"}) == "1");
   CHECK(w->get("old")->due_us == kNoTime);
   for (int i = 0; i < 4; ++i) {
     SaveOptions o;
-    o.due_us = pgtest::time_of(100 + i);
+    o.due_us = pgtest::time_of(103 - i);
     w->save(make_task("d" + std::to_string(i), "c", "working", 10 - i), o);
   }
-  CHECK(w->get("d2")->due_us == pgtest::time_of(102));
+  CHECK(w->get("d2")->due_us == pgtest::time_of(101));
   due.due_before_us = pgtest::time_of(103);
   std::vector<std::string> ids;
   for (const auto &rec : w->list(due).records) ids.push_back(rec.id);
-  CHECK(ids == std::vector<std::string>{"d0", "d1", "d2"});  // newest status first
+  CHECK(ids == std::vector<std::string>{"d3", "d2", "d1"});  // earliest due first (not newest status)
+  due.page_size = 1;
+  ids.clear();
+  for (;;) {
+    ListPage p = w->list(due);
+    for (const auto &rec : p.records) ids.push_back(rec.id);
+    if (p.next_cursor.empty()) break;
+    due.cursor = p.next_cursor;
+  }
+  CHECK(ids == std::vector<std::string>{"d3", "d2", "d1"});  // the same, a page at a time
+  due = ListQuery{};
+  due.due_before_us = pgtest::time_of(103);
   CHECK(w->count(due) == 3);
   // A delete takes it out of the index (the emptied row has no due time).
   w->remove("d1");
   CHECK(admin.scalar("SELECT due_us IS NULL FROM " + t + " WHERE id = 'd1'") == "t");
   CHECK(w->count(due) == 2);
   // A re-save without a due time clears it.
-  w->save(make_task("d0", "c", "completed", 11));
-  CHECK(w->get("d0")->due_us == kNoTime);
+  w->save(make_task("d2", "c", "completed", 11));
+  CHECK(w->get("d2")->due_us == kNoTime);
+  CHECK(w->count(due) == 1);
+
+  // The (due_us) index of earlier 1.5 builds is replaced by the (due_us, id)
+  // one at a read-write open.
+  admin.exec("DROP INDEX \"" + t + "_by_due_id\"");
+  admin.exec("CREATE INDEX \"" + t + "_by_due\" ON " + t + " (due_us) WHERE due_us IS NOT NULL");
+  w->close();
+  w = open_store(t);
+  CHECK((w->info().capabilities & TNX_CAP_DUE_INDEX) != 0);
+  CHECK(admin.scalar("SELECT count(*) FROM pg_class WHERE relname = $1", {t + "_by_due"}) == "0");
+  CHECK(admin.scalar("SELECT count(*) FROM pg_class WHERE relname = $1", {t + "_by_due_id"}) == "1");
   CHECK(w->count(due) == 1);
 
   // A role that may write the table but not alter it opens a table without
   // the due index as it is, without the capability.
-  admin.exec("DROP INDEX \"" + t + "_by_due\"");
+  admin.exec("DROP INDEX \"" + t + "_by_due_id\"");
   admin.exec("ALTER TABLE " + t + " DROP COLUMN due_us");
   const std::string role = unique("tnx_due_role");
   admin.exec("CREATE ROLE " + role + " LOGIN");

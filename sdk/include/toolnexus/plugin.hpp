@@ -4,7 +4,7 @@
 // task_store.h, catching every exception at the boundary so that none crosses
 // the C ABI. Also offers the list helpers every simple backend needs: the
 // filter predicate, the order (newest status time first, ties by id), and an
-// opaque keyset cursor.
+// opaque keyset cursor (ListKey; a due list's, DueKey).
 //
 // Nothing here is needed by the host; a plugin written in C ignores it.
 #ifndef TOOLNEXUS_PLUGIN_HPP
@@ -580,6 +580,67 @@ struct ListKey {
     };
     for (size_t i = dot + 1; i < c.size(); i += 2)
       k.id.push_back(static_cast<char>(nib(c[i]) * 16 + nib(c[i + 1])));
+    return k;
+  }
+};
+
+/// Position of a record in a due list (ABI 1.5, TNX_FILTER_DUE_BEFORE; see
+/// tnx_list_query.due_before_us): due time ascending (earliest first), ties
+/// by id ascending (bytewise). A due list's cursor names the last record of
+/// a page; the next page starts strictly after it. Every built-in store
+/// uses this one form, so a due list's cursor means the same everywhere
+/// (the host still treats it as opaque).
+struct DueKey {
+  int64_t due_us = TNX_TIME_NONE;  ///< µs since the epoch
+  std::string id;                  ///< the id's bytes
+
+  /// True when *this comes before (o_due, o_id) in due order.
+  bool before(int64_t o_due, std::string_view o_id) const noexcept {
+    if (due_us != o_due) return due_us < o_due;
+    return std::string_view(id) < o_id;
+  }
+
+  /// Opaque printable cursor: "d<due_us decimal>.<hex of id>" (lowercase,
+  /// 2 bytes per id byte; the ABI sets no cursor length limit). The leading
+  /// 'd' keeps it apart from a ListKey cursor of the same store.
+  std::string encode() const {
+    std::string out = "d" + std::to_string(due_us);
+    out.push_back('.');
+    static const char *hex = "0123456789abcdef";
+    for (unsigned char c : id) {
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+    return out;
+  }
+
+  /// Parses encode()'s output. Anything else (a ListKey cursor, a missing
+  /// 'd' or '.', a due time that is not a decimal int64, an odd number of
+  /// hex digits or one that is not lowercase hex) throws Error(TNX_EINVAL)
+  /// naming the cursor (its first 64 bytes).
+  static DueKey decode(std::string_view c) {
+    auto bad = [&] {
+      return Error(TNX_EINVAL, "list: malformed due-list cursor '" + std::string(c.substr(0, 64)) +
+                                   "' (expected d<due_us>.<hex id>, from the previous page of the same due list)");
+    };
+    const size_t dot = c.find('.');
+    if (c.size() < 3 || c[0] != 'd' || dot == std::string_view::npos || dot < 2 || (c.size() - dot - 1) % 2 != 0)
+      throw bad();
+    const std::string t(c.substr(1, dot - 1));
+    if (!(t[0] == '-' || (t[0] >= '0' && t[0] <= '9'))) throw bad();
+    char *end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(t.c_str(), &end, 10);
+    if (errno != 0 || end == nullptr || *end != '\0') throw bad();
+    DueKey k;
+    k.due_us = static_cast<int64_t>(v);
+    auto nib = [&](char h) -> int {
+      if (h >= '0' && h <= '9') return h - '0';
+      if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+      throw bad();
+    };
+    k.id.reserve((c.size() - dot - 1) / 2);
+    for (size_t i = dot + 1; i < c.size(); i += 2) k.id.push_back(static_cast<char>(nib(c[i]) * 16 + nib(c[i + 1])));
     return k;
   }
 };

@@ -82,7 +82,11 @@ extern "C" {
  *  1.5: the due index: tnx_task_record.due_us, tnx_list_query.due_before_us
  *  with TNX_FILTER_DUE_BEFORE (TNX_CAP_DUE_INDEX); the streamed save:
  *  tnx_store_vtable.save_stream (optional), tnx_record_source and
- *  TNX_SAVE_STREAM_ONE_TRANSACTION. */
+ *  TNX_SAVE_STREAM_ONE_TRANSACTION. A due list's order is its own:
+ *  (due_us, id) ascending, with a keyset cursor on that key (see
+ *  due_before_us); development builds of 1.5 before issue 21's due order
+ *  listed it in the list order, which a host that pages until the cursor
+ *  ends reads correctly too. */
 #define TNX_ABI_MINOR 5
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
@@ -316,7 +320,8 @@ typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
 #define TNX_FILTER_AFTER ((uint32_t)1u << 4)
 #define TNX_FILTER_BEFORE ((uint32_t)1u << 5)
 /** ABI 1.5: only records whose due_us is not TNX_TIME_NONE and is
- *  strictly before due_before_us. Sent only to a store with
+ *  strictly before due_before_us, in due order (see due_before_us: not the
+ *  list order below). Sent only to a store with
  *  TNX_CAP_DUE_INDEX (which answers at a cost that grows with the records
  *  due, not with the records stored); any other store returns TNX_EINVAL or
  *  TNX_EUNSUPPORTED for an unknown bit, and the host does not ask. */
@@ -330,7 +335,8 @@ typedef void (*tnx_cursor_sink)(void *ctx, tnx_str cursor);
 /**
  * What list returns: the records matching every enabled filter, sorted by
  * status_time_us descending (newest first), ties by id ascending (bytewise),
- * at most page_size of them, starting after `cursor`.
+ * at most page_size of them, starting after `cursor`. A due list
+ * (TNX_FILTER_DUE_BEFORE) is sorted otherwise: see due_before_us.
  * Order rule: A2A ListTasks (v1.0 section 9.4.4 / a2a-notes "ListTasks").
  */
 typedef struct tnx_list_query {
@@ -384,8 +390,21 @@ typedef struct tnx_list_query {
   /* ---- ABI 1.5: read only when TNX_HAS_FIELD(q, tnx_list_query, m) ---- */
 
   /** With TNX_FILTER_DUE_BEFORE: only records with due_us != TNX_TIME_NONE
-   *  and due_us < due_before_us (µs since the epoch). The order, paging and
-   *  other filters are those of every list. With deliver_corrupt, a record
+   *  and due_us < due_before_us (µs since the epoch).
+   *  Order: due_us ascending (the earliest due first), ties by id ascending
+   *  (bytewise), unlike every other list, so that a sweep reads the most
+   *  overdue first and a store answers a page by walking an index on
+   *  (due_us, id) from the cursor, at a cost that grows with the page, not
+   *  with what is due or stored. The cursor is a keyset on that key: the
+   *  built-in stores write "d<due_us in decimal>.<lowercase hex of the id's
+   *  bytes>" of the last record delivered (plugin.hpp's sdk::DueKey; the
+   *  host treats it as opaque), and the next page starts strictly after it,
+   *  so paging reaches every record due exactly once while others are
+   *  saved in between (a record saved with a new due time moves: seen
+   *  again if it moves past the cursor, not if it moves before it). A
+   *  malformed cursor, or the cursor of a list without the filter, is
+   *  TNX_EINVAL (and a due list's cursor in a list without it).
+   *  The other filters combine with it as in every list. With deliver_corrupt, a record
    *  that cannot be decoded is delivered only when its due time (kept apart
    *  from the bytes that cannot be decoded) passes this filter: a due list
    *  stays as short as what is due. */

@@ -408,8 +408,9 @@ void PushDeliverer::add_full_sweep(std::vector<ListQuery> &queries) const {
 
 void PushDeliverer::run_sweep(std::vector<ListQuery> &queries) {
   for (ListQuery &q : queries) {
-    // Large pages: a due list sorts what is due for every page, so a
-    // backlog (a webhook down for hours) costs fewer sorts.
+    // Large pages: a due list is an index walk in due order (earliest
+    // first) from its cursor, so a backlog (a webhook down for hours)
+    // costs a few calls of 1000 records each.
     q.page_size = q.due_before_us ? 1000 : 200;
     q.deliver_corrupt = true;
     do {

@@ -200,9 +200,9 @@ int64_t TaskLifecycle::due_time(const Task &task) const {
 
 std::size_t TaskLifecycle::settle_due() {
   if ((store_->info().capabilities & TNX_CAP_DUE_INDEX) == 0) return settle_expired();
-  // Only running Tasks: with the state filter a due list visits the due
-  // records once and sorts only the running ones (a backlog of push
-  // deliveries due costs a scan, not a sort, per page).
+  // Only running Tasks: with the state filter a due list walks the due
+  // index in due order (earliest first) and delivers only the running ones
+  // (a backlog of push deliveries due is stepped over, not sorted).
   std::size_t settled = 0;
   const int64_t now = now_us();
   for (const std::string_view state : {ts::kSubmitted, ts::kWorking}) {
