@@ -77,13 +77,16 @@ int user_messages(const rapidjson::Value &task, const std::string &message_id) {
   return n;
 }
 
+toolnexus::ServerOptions with_agent(toolnexus::ServerOptions o, std::shared_ptr<Counting> agent) {
+  o.executor = std::move(agent);
+  return o;
+}
+
 struct Served {
-  std::shared_ptr<Counting> agent = std::make_shared<Counting>();
+  std::shared_ptr<Counting> agent;
   toolnexus::ServerHandle server;
-  explicit Served(toolnexus::ServerOptions o = test_options()) {
-    o.executor = agent;
-    server = toolnexus::serve(std::move(o));
-  }
+  explicit Served(toolnexus::ServerOptions o = test_options())
+      : agent(std::make_shared<Counting>()), server(toolnexus::serve(with_agent(std::move(o), agent))) {}
 };
 
 }  // namespace

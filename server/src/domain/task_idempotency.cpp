@@ -23,18 +23,18 @@ using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
 void write_canonical(Writer &w, const rapidjson::Value &v, bool top) {
   if (v.IsObject()) {
-    std::vector<const rapidjson::Value::ConstMember *> members;
+    std::vector<rapidjson::Value::ConstMemberIterator> members;
     for (auto it = v.MemberBegin(); it != v.MemberEnd(); ++it) {
       const std::string_view name(it->name.GetString(), it->name.GetStringLength());
       if (top && (name == "taskId" || name == "contextId" || name == "kind")) continue;
-      members.push_back(&*it);
+      members.push_back(it);
     }
-    std::stable_sort(members.begin(), members.end(), [](const auto *x, const auto *y) {
+    std::stable_sort(members.begin(), members.end(), [](const auto &x, const auto &y) {
       return std::string_view(x->name.GetString(), x->name.GetStringLength()) <
              std::string_view(y->name.GetString(), y->name.GetStringLength());
     });
     w.StartObject();
-    for (const auto *m : members) {
+    for (const auto &m : members) {
       w.Key(m->name.GetString(), m->name.GetStringLength());
       write_canonical(w, m->value, false);
     }
