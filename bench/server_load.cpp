@@ -18,8 +18,11 @@
 //               [--threads 2] [--seconds 5] [--warmup 1]
 //               [--method all|get|send] [--server-threads N] [--workers N]
 //               [--store SELECTOR] [--dialect both|0.3|1.0] [--blocking]
-//               [--requests N] [--list-page]
+//               [--requests N] [--list-page] [--no-idempotency]
 //
+// --no-idempotency: the in-process server runs with idempotency.enabled
+// false (random Task ids; a blocking send saves its new Task once, with its
+// outcome), to compare with the default (saved create-only before the run).
 // --requests N: the SendMessage phase sends exactly N requests (no warm-up,
 // no time limit) and reports their rate: how bench/million.py fills a memory
 // store with N Tasks. --list-page: --method get times ListTasks pages of 50
@@ -616,6 +619,7 @@ int main(int argc, char **argv) {
   unsigned server_threads = 0;
   unsigned workers = 0;
   std::string store = "memory";
+  bool idempotency = true;
   size_t read_tasks = 10000;
   int reps = 2000;
   long long requests = -1;
@@ -648,6 +652,7 @@ int main(int argc, char **argv) {
     else if (a == "--server-threads") server_threads = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(value().c_str()));
     else if (a == "--store") store = value();
+    else if (a == "--no-idempotency") idempotency = false;
     else if (a == "--tasks") read_tasks = std::strtoul(value().c_str(), nullptr, 10);
     else if (a == "--reps") reps = std::atoi(value().c_str());
     else {
@@ -656,7 +661,7 @@ int main(int argc, char **argv) {
                    "                   [--seconds 5] [--warmup 1] [--method all|get|send]\n"
                    "                   [--dialect both|0.3|1.0] [--blocking]\n"
                    "                   [--server-threads N] [--workers N] [--store SELECTOR]\n"
-                   "                   [--requests N] [--list-page]\n"
+                   "                   [--requests N] [--list-page] [--no-idempotency]\n"
                    "       server_load --method reads [--store SELECTOR] [--tasks N] [--reps N]\n");
       return a == "--help" ? 0 : 2;
     }
@@ -680,14 +685,17 @@ int main(int argc, char **argv) {
       opts.listen = "127.0.0.1:0";
       opts.store = store;
       opts.agent = "echo";
+      opts.idempotency.enabled = idempotency;
       if (server_threads != 0) opts.limits.max_connections = server_threads;
       if (workers != 0) opts.workers = workers;
       opts.log_level = toolnexus::LogLevel::warn;
       server = std::make_unique<toolnexus::ServerHandle>(toolnexus::serve(std::move(opts)));
       urls.push_back(server->url());
-      std::printf("in-process server at %s (store %s, echo agent)\n", urls[0].c_str(), store.c_str());
+      std::printf("in-process server at %s (store %s, echo agent, idempotency %s)\n", urls[0].c_str(), store.c_str(),
+                  idempotency ? "on" : "off");
     }
 #else
+    (void)idempotency;
     (void)server_threads;
     (void)workers;
     (void)store;

@@ -157,6 +157,7 @@ config file:
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
             "give_up_after_ms": 86400000, "sweep_interval_ms": 60000, "workers": 2,
             "max_in_flight": 64, "max_in_flight_per_target": 2, "max_configs_per_task": 10},
+   "idempotency": {"enabled": true, "recent_messages": 32, "window_ms": 86400000},
    "progress_interval_ms": 100, "echo_chunk_delay_ms": 0, "drain_timeout_ms": 10000,
    "instance_id": "...", "instance_file": "...",
    "llm": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
@@ -255,7 +256,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
                {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level",
-                "workers", "limits", "lease", "streams", "push", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
+                "workers", "limits", "lease", "streams", "push", "idempotency", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
                 "drain_timeout_ms", "instance_id", "instance_file"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
@@ -326,6 +327,18 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
       o.push.max_in_flight_per_target = static_cast<unsigned>(*v);
     if (auto v = config_int(c, *pu, "max_configs_per_task", "push.max_configs_per_task", 1, 1000))
       o.push.max_configs_per_task = static_cast<std::size_t>(*v);
+  }
+  if (const rapidjson::Value *id = member(root, "idempotency")) {
+    if (!id->IsObject()) throw UsageError(file + ": idempotency must be an object");
+    warn_unknown(c, *id, "idempotency.", {"enabled", "recent_messages", "window_ms"});
+    if (const rapidjson::Value *en = member(*id, "enabled")) {
+      if (!en->IsBool()) throw UsageError(file + ": idempotency.enabled must be true or false");
+      o.idempotency.enabled = en->GetBool();
+    }
+    if (auto v = config_int(c, *id, "recent_messages", "idempotency.recent_messages", 1, 4096))
+      o.idempotency.recent_messages = static_cast<std::size_t>(*v);
+    if (auto v = config_int(c, *id, "window_ms", "idempotency.window_ms", 1, int64_t{365} * 24 * 3600 * 1000))
+      o.idempotency.window_ms = *v;
   }
   if (const rapidjson::Value *st = member(root, "streams")) {
     if (!st->IsObject()) throw UsageError(file + ": streams must be an object");

@@ -96,10 +96,12 @@ struct Fixture {
   std::shared_ptr<CountingStore> store;
   std::shared_ptr<Gated> agent = std::make_shared<Gated>();
   toolnexus::ServerHandle server;
-  explicit Fixture(int blocking_timeout_ms = 60000, bool durable = false, bool brief = false)
+  explicit Fixture(int blocking_timeout_ms = 60000, bool durable = false, bool brief = false,
+                   bool idempotency = true)
       : store(std::make_shared<CountingStore>(durable)), server([&] {
           agent->brief = brief;
           auto o = test_options();
+          o.idempotency.enabled = idempotency;
           o.store = store;
           o.executor = agent;
           o.limits.blocking_timeout_ms = blocking_timeout_ms;
@@ -109,8 +111,19 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("a blocking SendMessage saves its new Task once, with the outcome") {
+TEST_CASE("with idempotency on, a blocking SendMessage saves its new Task before the run and with the outcome") {
+  // Saved create-only first, so a retry of the send finds it (docs/a2a.md,
+  // "Idempotent retries").
   Fixture f;
+  Client c(f.server.url());
+  const int before = f.store->saves;
+  auto d = c.send("quick", {}, "");
+  REQUIRE(state_of(d) == "completed");
+  CHECK(f.store->saves - before == 2);
+}
+
+TEST_CASE("with idempotency off, a blocking SendMessage saves its new Task once, with the outcome") {
+  Fixture f(60000, false, false, false);
   Client c(f.server.url());
   for (int i = 0; i < 20; ++i) {
     const int before = f.store->saves;

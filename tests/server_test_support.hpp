@@ -410,6 +410,20 @@ inline std::string q(std::string_view s) {
   return std::string(b.GetString(), b.GetSize());
 }
 
+/// A messageId no other message of this test process (nor, with high
+/// probability, of another) uses: "m-<random>-<n>". The server treats a
+/// second SendMessage with a messageId it has seen (same principal and
+/// contextId, or same Task) as a retry of the first (docs/a2a.md,
+/// "Idempotent retries"), so tests that mean two sends use two of these.
+inline std::string unique_message_id() {
+  static const std::string prefix = [] {
+    std::random_device rd;
+    return "m-" + std::to_string(rd()) + "-";
+  }();
+  static std::atomic<uint64_t> n{0};
+  return prefix + std::to_string(++n);
+}
+
 /// A JSON-RPC client on one keep-alive connection.
 class Client {
  public:
@@ -440,7 +454,7 @@ class Client {
   /// saved); the protocol's default is blocking.
   rapidjson::Document send(const std::string &text, const std::string &extra = {},
                            std::string configuration = R"({"blocking":false})") {
-    std::string msg = R"({"role":"user","messageId":)" + q("m-" + std::to_string(++counter_)) +
+    std::string msg = R"({"role":"user","messageId":)" + q(unique_message_id()) +
                       R"(,"parts":[{"kind":"text","text":)" + q(text) + "}]";
     if (!extra.empty()) msg += "," + extra;
     msg += "}";
@@ -473,7 +487,6 @@ class Client {
   Connection conn_;
   std::string token_;
   HttpResponse last_;
-  int counter_ = 0;
 };
 
 /// result.id of a SendMessage answer.

@@ -170,6 +170,8 @@ ServerHandle serve(ServerOptions o) {
                                 "): a new Task with one short message takes about 1 KiB");
   if (l.max_queued_tasks == 0 || l.queue_wait_ms < 0)
     throw std::invalid_argument("limits.max_queued_tasks must be positive and limits.queue_wait_ms not negative");
+  if (o.idempotency.recent_messages == 0 || o.idempotency.recent_messages > 4096 || o.idempotency.window_ms <= 0)
+    throw std::invalid_argument("idempotency.recent_messages must be 1..4096 and idempotency.window_ms positive");
   if (o.lease.lease_ms <= 0 || o.lease.renew_interval_ms <= 0 || o.lease.settle_interval_ms <= 0)
     throw std::invalid_argument("lease times must be positive");
   if (o.lease.cancel_poll_ms < 0 || o.lease.cancel_poll_ms > o.lease.renew_interval_ms)
@@ -260,6 +262,9 @@ ServerHandle serve(ServerOptions o) {
   lo.instance_id = o.instance_id;
   lo.max_task_history = l.max_task_history;
   lo.max_task_bytes = l.max_task_bytes;
+  lo.idempotency.enabled = o.idempotency.enabled;
+  lo.idempotency.recent_messages = o.idempotency.recent_messages;
+  lo.idempotency.window_ms = o.idempotency.window_ms;
   lo.metrics = impl->metrics.get();
   // Deliveries pending give a due time, when this server delivers them.
   if (o.push.enabled) lo.due_of = push_due_us;

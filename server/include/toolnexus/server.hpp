@@ -206,6 +206,30 @@ struct ServerLimits {
   std::size_t max_task_bytes = std::size_t{8} << 20;
 };
 
+/// Idempotent SendMessage retries (docs/a2a.md, "Idempotent retries";
+/// issue 22 item 2). A SendMessage sent again with the same messageId by
+/// the same principal (and tenant) gets the outcome of the first: the same
+/// Task, no second Task and no second turn, on any server sharing the store
+/// and after a restart. A new Task's id is a version 5 UUID of (tenant,
+/// principal, message.contextId or "", messageId), saved create-only before
+/// it runs; every Task keeps metadata["toolnexus/recentMessages"]: its last
+/// `recent_messages` client messages as {messageId, digest (SHA-256 of the
+/// message body), at}, for `window_ms`. The same messageId with a different
+/// body is refused: JSON-RPC -32602, HTTP+JSON 400 INVALID_ARGUMENT, field
+/// params.message.messageId; nothing changes.
+struct IdempotencyOptions {
+  /// Off: a new Task gets a random id (a retry makes another Task) and a
+  /// blocking SendMessage may save its new Task once, with its outcome,
+  /// instead of twice (see docs/a2a.md for the cost measured).
+  bool enabled = true;
+  /// Entries kept per Task, 1..4096; the oldest is dropped first.
+  std::size_t recent_messages = 32;
+  /// How long (ms, at least 1) an entry is kept and matched. A retry of a
+  /// first message after it, with the same body, still finds its Task (the
+  /// id is derived from it); a retry of a later message is a new message.
+  int64_t window_ms = 86400000;
+};
+
 /// Leases of running Tasks (see TaskLifecycle in server/src): a Task in
 /// submitted/working records metadata["toolnexus/lease"] =
 /// {"instance", "expiresAt"} (the server logs its instance id with its host
@@ -351,6 +375,8 @@ struct ServerOptions {
   StreamOptions streams;
   /// Push notifications.
   PushOptions push;
+  /// Idempotent SendMessage retries.
+  IdempotencyOptions idempotency;
   /// An executor's progress reports (TaskProgress) are saved at most this
   /// often; a run still going after this long has "working" saved.
   int progress_interval_ms = 100;

@@ -4,6 +4,7 @@
 #include "domain/task_lifecycle.hpp"
 #include "domain/task_lifecycle_detail.hpp"
 
+#include "domain/task_idempotency.hpp"
 #include "domain/task_timeline.hpp"
 #include "toolnexus/task_store.h"
 #include "common/util.hpp"
@@ -205,15 +206,20 @@ void TaskLifecycle::signal_cancel(const std::string &id) {
 
 Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant,
                            std::unique_ptr<TaskWatch::Hold> *hold, const std::function<void(Task &)> &prepare,
-                           bool defer_save) {
+                           bool defer_save, bool *retry) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
+  const IdempotencyRules &idem = options_.idempotency;
   const bool caller_waits = defer_save;
-  defer_save = defer_save && cas_;
+  // Retries are recognised by the stored Task: it must be stored before it
+  // runs, so a retry arriving meanwhile finds it rather than making another.
+  defer_save = defer_save && cas_ && !idem.enabled;
   Task t;
   auto &a = t.allocator();
-  const std::string id = new_uuid();
   std::string ctx(str(find(message, "contextId")));
+  const std::string message_id(str(find(message, "messageId")));
+  const std::string id = idem.enabled ? idempotent_task_id(tenant, owner, ctx, message_id) : new_uuid();
+  const std::string digest = idem.enabled ? message_digest(message) : std::string();
   if (ctx.empty()) ctx = new_uuid();
   t.json().AddMember("id", make_string(id, a), a);
   t.json().AddMember("contextId", make_string(ctx, a), a);
@@ -224,6 +230,7 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   t.json().AddMember("kind", "task", a);
   const int64_t now = now_us();
   set_lease(t, now + int64_t{options_.lease_ms} * 1000);
+  if (idem.enabled) remember_message(t, message_id, digest, now, idem);
   if (prepare) prepare(t);
   start_timeline(t);
   add_status_event(t);
@@ -236,7 +243,25 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     so.owner = owner;
     so.tenant = tenant;
     so.due_us = due_time(snap.task);
-    snap.version = store_->save(snap.task, so);
+    // Without compare-and-set, create-only is made atomic within this
+    // process by the id's stripe lock.
+    std::unique_lock<std::mutex> lock;
+    if (!cas_ && idem.enabled) {
+      lock = std::unique_lock<std::mutex>(stripe(id));
+      if (store_->get(id)) {
+        lock.unlock();
+        if (retry != nullptr) *retry = true;
+        return created_before(id, message_id, digest, owner, tenant, hold);
+      }
+    }
+    try {
+      snap.version = store_->save(snap.task, so);
+    } catch (const StoreError &e) {
+      if (e.code() != Status::conflict || !idem.enabled) throw;
+      // The id is taken: the first send of this message made it.
+      if (retry != nullptr) *retry = true;
+      return created_before(id, message_id, digest, owner, tenant, hold);
+    }
   }
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
   auto active = register_active(id, now);
@@ -249,17 +274,62 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
   return result;
 }
 
+Task TaskLifecycle::created_before(const std::string &id, const std::string &message_id, const std::string &digest,
+                                   const std::string &owner, const std::string &tenant,
+                                   std::unique_ptr<TaskWatch::Hold> *hold) {
+  // Held before the read: no save between the read and the caller's wait
+  // is missed.
+  std::unique_ptr<TaskWatch::Hold> h = watch_.hold(id);
+  std::optional<TaskRecord> rec = store_->get(id);
+  if (!rec)  // removed since the save found it: rare; the client may send again
+    throw StoreError(Status::conflict, "Task " + in_quotes(id) + " was removed while a retry of its message read it");
+  if (rec->owner != owner || rec->tenant != tenant)  // the id names both: not a retry of this caller's
+    throw LifecycleError(LifecycleErrc::message_reused, reused_message_text(message_id));
+  auto snap = std::make_shared<Snapshot>(Snapshot{rec->a2a_task(), rec->version, rec->owner, rec->tenant});
+  switch (seen_message(snap->task, message_id, digest, now_us(), options_.idempotency.window_ms)) {
+    case SeenMessage::same: break;
+    case SeenMessage::different: throw LifecycleError(LifecycleErrc::message_reused, reused_message_text(message_id));
+    case SeenMessage::no: {
+      // Past the window (or pushed out of the list): the Task's first
+      // message is the one its id was made from.
+      const rapidjson::Value *history = find(snap->task.json(), "history");
+      const bool same = history != nullptr && history->IsArray() && !history->Empty() &&
+                        str(find((*history)[0], "messageId")) == message_id &&
+                        message_digest((*history)[0]) == digest;
+      if (!same) throw LifecycleError(LifecycleErrc::message_reused, reused_message_text(message_id));
+    }
+  }
+  h->offer(snap);
+  Task result = snap->task;
+  if (hold != nullptr) *hold = std::move(h);
+  return result;
+}
+
 Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
                            const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold,
                            const std::function<void(Task &)> &prepare, bool caller_waits,
-                           std::optional<uint64_t> if_generation) {
+                           std::optional<uint64_t> if_generation, bool *retry) {
   if (stopping_) throw LifecycleError(LifecycleErrc::stopping, "the server is stopping");
   admit();
   const std::string id(task_id);
   const std::string not_found = "Task " + in_quotes(id) + " not found";
+  const IdempotencyRules &idem = options_.idempotency;
+  const std::string message_id(str(find(message, "messageId")));
+  const std::string digest = idem.enabled ? message_digest(message) : std::string();
   int64_t lease_time = 0;
+  bool retried = false;
   UpdateResult r = update(id, [&](Snapshot &s) {
+    retried = false;
     if (s.owner != owner || s.tenant != tenant) throw LifecycleError(LifecycleErrc::not_found, not_found);
+    if (idem.enabled) {
+      // Before the generation and the state: the first send of this
+      // message changed both.
+      switch (seen_message(s.task, message_id, digest, now_us(), idem.window_ms)) {
+        case SeenMessage::same: retried = true; return Verdict::keep;
+        case SeenMessage::different: throw LifecycleError(LifecycleErrc::message_reused, reused_message_text(message_id));
+        case SeenMessage::no: break;
+      }
+    }
     check_generation(s.task, if_generation);
     const std::string state(s.task.state());
     if (ts::is_terminal(state))
@@ -291,11 +361,16 @@ Task TaskLifecycle::resume(std::string_view task_id, const rapidjson::Value &mes
     set_status_event(s.task, ts::kWorking);
     lease_time = now_us();
     set_lease(s.task, lease_time + int64_t{options_.lease_ms} * 1000);
+    if (idem.enabled) remember_message(s.task, message_id, digest, lease_time, idem);
     refuse_if_too_large(s.task, "params.message would make Task '" + id + "'", "; the Task is unchanged");
     return Verdict::save;
   });
   if (!r.found) throw LifecycleError(LifecycleErrc::not_found, not_found);
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(r.snap));
+  if (retried) {
+    if (retry != nullptr) *retry = true;
+    return std::move(r.snap.task);
+  }
   auto active = register_active(id, lease_time);
   active->working_saved = true;
   Task result = r.snap.task;

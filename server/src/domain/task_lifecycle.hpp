@@ -42,6 +42,7 @@
 #include "common/log.hpp"
 #include "common/semaphore.hpp"
 #include "common/server_metrics.hpp"
+#include "domain/task_idempotency.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/agent_executor.hpp"
 #include "toolnexus/task_store.hpp"
@@ -80,6 +81,7 @@ enum class LifecycleErrc {
   stopping,          ///< -32603: the server is stopping
   too_large,         ///< -32602: the Task would pass a size limit (see limit())
   generation_mismatch,  ///< -32010 TaskGenerationMismatchError (A2A 1.1): see generation()
+  message_reused,    ///< -32602: a messageId already used with a different message (task_idempotency.hpp)
 };
 
 /// The precondition a request named and what the Task was at
@@ -158,6 +160,9 @@ struct LifecycleOptions {
   std::size_t max_task_history = 1000;
   /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
   std::size_t max_task_bytes = std::size_t{8} << 20;
+  /// Idempotent SendMessage retries (task_idempotency.hpp): ids of new
+  /// Tasks, recentMessages of every Task a client message reaches.
+  IdempotencyRules idempotency;
   /// Where settled leases are counted (and push outcomes, by the push
   /// deliverer through metrics()); null = nowhere. Outlives the lifecycle.
   ServerMetrics *metrics = nullptr;
@@ -209,8 +214,18 @@ class TaskLifecycle {
   /// changes). `prepare` (may be empty) edits the new Task before its
   /// first save (e.g. adds push notification configs).
   /// Throws LifecycleError(overloaded|stopping; too_large when the new Task
-  /// would be larger than max_task_bytes: nothing is created), StoreError,
-  /// InvalidTask.
+  /// would be larger than max_task_bytes: nothing is created;
+  /// message_reused, see below), StoreError, InvalidTask.
+  ///
+  /// With idempotency.enabled the id is idempotent_task_id(tenant, owner,
+  /// message.contextId or "", message.messageId), the message is recorded in
+  /// the Task's recentMessages, and the Task is saved create-only before it
+  /// runs (defer_save is ignored). When that id is already stored, this is
+  /// a retry: the stored Task is returned as it is now (with `hold` taken
+  /// before it was read), nothing is saved or run, and `*retry` (may be
+  /// null) is set; a recorded messageId with another message digest (or,
+  /// past the window, a first message that differs) throws
+  /// LifecycleError(message_reused).
   ///
   /// `defer_save` (a blocking SendMessage, whose caller answers only once
   /// the Task settles): the Task is not saved before it runs; it is saved
@@ -225,7 +240,7 @@ class TaskLifecycle {
   /// run_or_enqueue()).
   Task create(const rapidjson::Value &message, const std::string &owner, const std::string &tenant = {},
               std::unique_ptr<TaskWatch::Hold> *hold = nullptr, const std::function<void(Task &)> &prepare = {},
-              bool defer_save = false);
+              bool defer_save = false, bool *retry = nullptr);
 
   /// SendMessage with the taskId of an interrupted Task: appends the message
   /// to history, moves the Task to working with a lease of this instance,
@@ -243,10 +258,16 @@ class TaskLifecycle {
   /// owner check, before any other) differs, throws
   /// LifecycleError(generation_mismatch) and nothing is saved; checked
   /// against the record the compare-and-set save replaces.
+  /// With idempotency.enabled, a message whose messageId the Task's
+  /// recentMessages hold (checked after the owner, before the generation and
+  /// the state) is a retry: with the same digest the Task is returned as it
+  /// is, nothing saved or run, `*retry` (may be null) set; with another,
+  /// LifecycleError(message_reused). Otherwise the message is recorded in
+  /// the same save.
   Task resume(std::string_view task_id, const rapidjson::Value &message, const std::string &owner,
               const std::string &tenant = {}, std::unique_ptr<TaskWatch::Hold> *hold = nullptr,
               const std::function<void(Task &)> &prepare = {}, bool caller_waits = false,
-              std::optional<uint64_t> if_generation = std::nullopt);
+              std::optional<uint64_t> if_generation = std::nullopt, bool *retry = nullptr);
 
   /// CancelTask (A2A v0.3 section 7.4): moves a non-terminal Task to canceled
   /// and stops its fulfilment (here, or on another server at its next
@@ -425,6 +446,9 @@ class TaskLifecycle {
   std::string over_bytes(std::size_t size) const;
   void save_working(const std::string &id, const std::shared_ptr<ActiveTask> &active);
   std::mutex &stripe(std::string_view id);
+  /// create() found Task `id` stored: the retry's answer (see create()).
+  Task created_before(const std::string &id, const std::string &message_id, const std::string &digest,
+                      const std::string &owner, const std::string &tenant, std::unique_ptr<TaskWatch::Hold> *hold);
 
   std::shared_ptr<TaskStore> store_;
   std::shared_ptr<AgentExecutor> executor_;

@@ -326,6 +326,9 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
                         {"currentGeneration", std::to_string(g->current)}};
         return f;
       }
+      case LifecycleErrc::message_reused:
+        // A retry must repeat its first send exactly (task_idempotency.hpp).
+        return {rpc_code::kInvalidParams, std::string("invalid params: ") + e.what(), "params.message.messageId"};
       case LifecycleErrc::too_large: {
         // The limit, its value and the size the request would have made
         // (ErrorInfo.metadata in v1.0, error.data in v0.3).
@@ -535,9 +538,11 @@ Task A2AMethods::start_message(const rapidjson::Value &p, const CallContext &cal
     prepare = [cfg = *push_cfg, max](Task &t) { put_push_config(t, cfg, event_seq(t), max); };
   }
   // A blocking SendMessage that creates a Task answers only when the Task
-  // settles: it is saved once, with its outcome (TaskLifecycle::create
-  // defer_save), unless its run lasts. A blocking one whose executor
-  // runs_briefly() runs on this thread, which would only wait for it.
+  // settles: without idempotency it is saved once, with its outcome
+  // (TaskLifecycle::create defer_save), unless its run lasts. A blocking one
+  // whose executor runs_briefly() runs on this thread, which would only wait
+  // for it. A retry of a send (same messageId and body) gets the Task the
+  // first made, and then waits or streams exactly as the first did.
   return task_id.empty() ? lifecycle_.create(*message, call.principal, call.tenant, hold, prepare, blocking)
                          : lifecycle_.resume(task_id, *message, call.principal, call.tenant, hold, prepare, blocking,
                                              if_generation);
