@@ -261,6 +261,7 @@ ServerHandle serve(ServerOptions o) {
   lo.max_task_history = l.max_task_history;
   lo.max_task_bytes = l.max_task_bytes;
   lo.metrics = impl->metrics.get();
+  lo.retention = o.retention;
   // Deliveries pending give a due time, when this server delivers them.
   if (o.push.enabled) lo.due_of = push_due_us;
   WatchOptions wo;
@@ -353,6 +354,12 @@ int64_t task_due_us(const Task &task) {
     if (l.present && l.expires_us != kNoTime && (due == kNoTime || l.expires_us < due)) due = l.expires_us;
   }
   return due;
+}
+
+int64_t task_due_us(const Task &task, const RetentionOptions &retention) {
+  const int64_t due = task_due_us(task);
+  const int64_t kept = retention_due_us(task, retention);
+  return kept != kNoTime && (due == kNoTime || kept < due) ? kept : due;
 }
 
 }  // namespace toolnexus
