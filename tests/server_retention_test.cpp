@@ -135,3 +135,24 @@ TEST_CASE("retention rules: durations with units; errors name the key and the va
                        doctest::Contains("'0s' is not positive"), std::invalid_argument);
   CHECK(r.empty());  // nothing half-added
 }
+
+TEST_CASE("a Task listed as due but kept under the current policy gets its due time recorded again, and stays") {
+  // Its due time was recorded under a shorter policy (here: an hour ago);
+  // the policy now keeps completed Tasks for a day. Without the refresh,
+  // every due sweep would read it again until its new deadline.
+  auto memory = toolnexus::resolve_store("memory");
+  const int64_t now = toolnexus::now_us();
+  toolnexus::SaveOptions so;
+  so.due_us = now - 3'600'000'000LL;
+  memory->save(toolnexus::Task::parse(R"({"id":"recent","contextId":"c","status":{"state":"completed","timestamp":)" +
+                                      q(toolnexus::format_timestamp(now - 7'200'000'000LL)) + R"(},"kind":"task"})"),
+               so);
+  auto o = retention_options("echo");
+  o.store.store = memory;
+  o.lease.full_settle_interval_ms = 0;  // the first sweep is full; then only due sweeps
+  toolnexus::add_retention_rule(o.retention, "completed", "1d", {}, "test");
+  auto server = toolnexus::serve(o);
+  const int64_t want = memory->get("recent")->status_time_us + 24LL * 3600 * 1'000'000;
+  CHECK(eventually([&] { return memory->get("recent")->due_us == want; }, kBound));
+  CHECK(memory->get("recent").has_value());
+}

@@ -156,6 +156,7 @@ void handle(TaskStore &store, const RetentionOptions &policy, TaskRecord &rec, i
   if (auto keep = policy.keep_ms.find(rec.state); keep != policy.keep_ms.end()) {
     if (rec.status_time_us + keep->second * 1000 > now) {
       ++c.skipped;
+      if (hooks.not_due && !hooks.dry_run) hooks.not_due(rec, now);
       return;
     }
     if (hooks.dry_run) {
@@ -177,6 +178,7 @@ void handle(TaskStore &store, const RetentionOptions &policy, TaskRecord &rec, i
   if (auto wait = policy.wait.find(rec.state); wait != policy.wait.end()) {
     if (rec.status_time_us + wait->second.after_ms * 1000 > now) {
       ++c.skipped;
+      if (hooks.not_due && !hooks.dry_run) hooks.not_due(rec, now);
       return;
     }
     if (hooks.dry_run) {
@@ -261,6 +263,24 @@ GcCounts TaskLifecycle::sweep_retention(bool full) {
     return expire_waiting(rec, rule, now);
   };
   hooks.removed = [this](const std::string &id) { watch_.removed(id); };
+  if (due_only)
+    hooks.not_due = [this](const TaskRecord &rec, int64_t now) {
+      // Listed as due, not due under this policy: record the due time this
+      // server would save now, unless something else is due (a push
+      // delivery, whose sweep re-saves it), so that the next due sweeps do
+      // not read it again. Compare-and-set: a conflict leaves it to the
+      // save that won (it recorded a due time of its own).
+      Snapshot known;
+      known.task = rec.a2a_task();
+      if (const int64_t d = due_time(known.task); d == rec.due_us || (d != kNoTime && d <= now)) return;
+      known.version = rec.version;
+      known.owner = rec.owner;
+      known.tenant = rec.tenant;
+      const uint64_t version = rec.version;
+      update(
+          rec.id, [version](Snapshot &x) { return x.version == version ? Verdict::save : Verdict::stop; },
+          std::move(known));
+    };
   hooks.warn = [this](const std::string &text) { log_.warn("retention sweep: " + text); };
   hooks.stop = [this] {
     std::lock_guard<std::mutex> lock(maint_mu_);

@@ -41,6 +41,11 @@ struct RetentionHooks {
   std::function<int64_t(const Task &)> due_of;
   /// Task `id` was deleted by this sweep (the server ends its streams).
   std::function<void(const std::string &id)> removed;
+  /// A record a due list delivered that the policy does not make due yet
+  /// (its deadline was recorded under a shorter policy, or it is due for
+  /// something else): the server records its current due time, so that
+  /// later due sweeps do not read it again (empty: nothing).
+  std::function<void(const TaskRecord &rec, int64_t now_us)> not_due;
   /// Called every 1000 records read, and at the end, with the counts so far.
   std::function<void(const GcCounts &)> progress;
   /// A Task's delete or save failed (the text names it and why); the
