@@ -134,6 +134,18 @@ TEST_CASE("retention rules: durations with units; errors name the key and the va
   CHECK_THROWS_WITH_AS(toolnexus::add_retention_flag(r, "completed=0s", "--retention"),
                        doctest::Contains("'0s' is not positive"), std::invalid_argument);
   CHECK(r.empty());  // nothing half-added
+  // A policy built in code is checked by serve().
+  auto o = test_options();
+  o.retention.wait["input-required"] = toolnexus::WaitExpiry{1000, "deleted"};
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("retention.input-required.to: 'deleted'"),
+                       std::invalid_argument);
+  o = test_options();
+  o.retention.keep_ms["working"] = 1000;
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("retention.working: not a terminal state"),
+                       std::invalid_argument);
+  o = test_options();
+  o.retention.keep_ms["completed"] = 0;
+  CHECK_THROWS_WITH_AS(toolnexus::serve(o), doctest::Contains("retention.completed: 0 ms"), std::invalid_argument);
 }
 
 TEST_CASE("a Task listed as due but kept under the current policy gets its due time recorded again, and stays") {

@@ -181,6 +181,8 @@ ServerHandle serve(ServerOptions o) {
                                 ") must be at most half of lease.lease_ms (" + std::to_string(o.lease.lease_ms) +
                                 ") so that a live server's Tasks never look abandoned");
 
+  check_retention(o.retention);
+
   // Entries that could never match are refused, not kept silently.
   for (const std::string &h : o.card.allowed_hosts)
     if (const std::string why = allowed_host_problem(h); !why.empty())

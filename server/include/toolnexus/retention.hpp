@@ -66,6 +66,12 @@ void add_retention_rule(RetentionOptions &r, std::string_view state, std::string
 /// std::invalid_argument as add_retention_rule, naming `where`.
 void add_retention_flag(RetentionOptions &r, std::string_view text, const std::string &where);
 
+/// Checks a policy built in code: every state a rule names is one of the
+/// six, every duration is positive and at most 100 years, every wait's
+/// target is "canceled" or "failed". Throws std::invalid_argument naming
+/// "retention.<state>" and the bad value. serve() calls it.
+void check_retention(const RetentionOptions &r);
+
 /// When `task` falls due under `r`, in µs since the epoch: its status
 /// timestamp plus its state's duration (keep or wait); kNoTime when its
 /// state has no rule or it has no status timestamp. Pure; thread-safe.

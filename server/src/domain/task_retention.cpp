@@ -99,6 +99,26 @@ void add_retention_flag(RetentionOptions &r, std::string_view text, const std::s
   add_retention_rule(r, state, rest, to, where + " " + std::string(state));
 }
 
+void check_retention(const RetentionOptions &r) {
+  for (const auto &[state, ms] : r.keep_ms) {
+    if (!ts::is_terminal(state))
+      throw std::invalid_argument("retention." + state + ": not a terminal state (completed, failed, canceled, "
+                                  "rejected); waiting states go in RetentionOptions::wait");
+    if (ms <= 0 || ms > kMaxRetentionMs)
+      throw std::invalid_argument("retention." + state + ": " + std::to_string(ms) +
+                                  " ms is not a positive duration of at most 100 years");
+  }
+  for (const auto &[state, w] : r.wait) {
+    if (!is_waiting(state))
+      throw std::invalid_argument("retention." + state + ": not a waiting state (input-required, auth-required)");
+    if (w.after_ms <= 0 || w.after_ms > kMaxRetentionMs)
+      throw std::invalid_argument("retention." + state + ".after: " + std::to_string(w.after_ms) +
+                                  " ms is not a positive duration of at most 100 years");
+    if (w.to != ts::kCanceled && w.to != ts::kFailed)
+      throw std::invalid_argument("retention." + state + ".to: '" + w.to + "' is not canceled or failed");
+  }
+}
+
 int64_t retention_due_us(const Task &task, const RetentionOptions &r) {
   if (r.empty()) return kNoTime;
   const int64_t since = task.status_time_us();
