@@ -1,6 +1,7 @@
 // cli/serve.cpp: `toolnexus serve`: runs the A2A JSON-RPC server until
 // SIGINT or SIGTERM.
 #include "options.hpp"
+#include "retention_config.hpp"
 #include "subcommand.hpp"
 
 #include "toolnexus/llm_executor.hpp"
@@ -126,6 +127,14 @@ options (flags override the config file):
                            ...; repeatable; "*" = any)
   --no-push                turn push notifications off (card: false; the
                            config methods answer -32003)
+  --retention STATE=DURATION[:canceled|failed]
+                           how long Tasks are kept (repeatable; adds to the
+                           config's "retention"): a terminal state's Tasks
+                           are deleted DURATION after their last status
+                           (completed=30d); an input-required or
+                           auth-required Task waiting longer ends canceled
+                           (or failed: input-required=2h:failed). Units ms,
+                           s, m, h, d. Default: kept forever, no expiry
   --log-level LEVEL        error, warn, info (default) or debug (one line per
                            request)
   --help                   this text
@@ -152,6 +161,8 @@ config file:
               "max_message_parts": 100, "max_task_bytes": 8388608},
    "lease": {"lease_ms": 30000, "renew_interval_ms": 10000,
              "settle_interval_ms": 10000},
+   "retention": {"completed": "30d", "failed": "90d", "canceled": "7d", "rejected": "7d",
+                 "input-required": {"after": "2h", "to": "canceled"}, "auth-required": "1h"},
    "streams": {"max_streams": 10000, "keepalive_ms": 15000, "poll_ms": 200},
    "push": {"enabled": true, "allow_targets": ["10.0.0.0/8"], "timeout_ms": 10000,
             "max_attempts": 10, "backoff_initial_ms": 1000, "backoff_max_ms": 300000,
@@ -257,7 +268,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   warn_unknown(c, root, "",
                {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level",
                 "workers", "limits", "lease", "streams", "push", "idempotency", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
-                "drain_timeout_ms", "instance_id", "instance_file"});
+                "drain_timeout_ms", "instance_id", "instance_file", "retention"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *ad = member(root, "admin")) {
@@ -431,6 +442,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
     if (auto v = config_int(c, *l, "max_task_bytes", "limits.max_task_bytes", 4096, int64_t{1} << 40))
       o.limits.max_task_bytes = static_cast<std::size_t>(*v);
   }
+  if (const rapidjson::Value *r = member(root, "retention")) parse_retention_section(*r, file, o.retention);
   if (const rapidjson::Value *l = member(root, "llm")) {
     try {
       llm = parse_llm_options(*l, file + ": llm");
@@ -555,6 +567,7 @@ int run_serve(int argc, char **argv) {
       }
       else if (a == "--allow-push-target") o.push.allow_targets.push_back(next());
       else if (a == "--no-push") o.push.enabled = false;
+      else if (a == "--retention") add_retention_flag(o.retention, next(), "--retention");
       else throw UsageError("unknown option '" + a + "'");
     }
     if (o.agent == "llm") {

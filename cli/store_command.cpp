@@ -61,6 +61,9 @@ const char *kHelp =
     "                             exit 1: some records could not be read (each reported)\n"
     "  check SELECTOR             read every record, report each corrupt or invalid one\n"
     "                             exit 1: some record is not sound\n"
+    "  gc [SELECTOR] [--config F] [--older-than D] [--state S]... [--dry-run]\n"
+    "                             delete Tasks past their retention, expire waiting ones\n"
+    "                             (see `toolnexus store gc --help`)\n"
     "  Exit 2 on any other error (bad selector, store unusable, usage).\n"
     "  SELECTOR: memory | file:<dir> | sqlite:<path> | <scheme>:<location> (see `toolnexus plugins`)\n"
     "  --allow-insecure-plugins: load plugins from group/other-writable or foreign-owned\n"
@@ -634,6 +637,8 @@ int cmd_check(const Options &o) {
 using namespace store_detail;
 
 int run_store(int argc, char **argv) {
+  // gc has repeatable options of its own (--state, --retention).
+  if (argc >= 2 && std::string(argv[1]) == "gc") return run_gc(argc - 1, argv + 1);
   Options o(argc, argv, {"--json", "--force", "--resume"},
             {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version", "--running-as"});
   if (o.help) {

@@ -48,6 +48,9 @@ SaveOptions put_options(const Options &o, const Task &t, const std::optional<Tas
 /// 2 bad lines or another error).
 int put_lines(const Options &o, LineReader &in);
 
+/// `store gc ...` (store_gc.cpp): argv[0] is "gc". Returns the exit code.
+int run_gc(int argc, char **argv);
+
 }  // namespace toolnexus::cli::store_detail
 
 #endif  // TOOLNEXUS_CLI_STORE_COMMON_HPP

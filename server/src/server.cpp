@@ -183,6 +183,8 @@ ServerHandle serve(ServerOptions o) {
                                 ") must be at most half of lease.lease_ms (" + std::to_string(o.lease.lease_ms) +
                                 ") so that a live server's Tasks never look abandoned");
 
+  check_retention(o.retention);
+
   // Entries that could never match are refused, not kept silently.
   for (const std::string &h : o.card.allowed_hosts)
     if (const std::string why = allowed_host_problem(h); !why.empty())
@@ -266,6 +268,7 @@ ServerHandle serve(ServerOptions o) {
   lo.idempotency.recent_messages = o.idempotency.recent_messages;
   lo.idempotency.window_ms = o.idempotency.window_ms;
   lo.metrics = impl->metrics.get();
+  lo.retention = o.retention;
   // Deliveries pending give a due time, when this server delivers them.
   if (o.push.enabled) lo.due_of = push_due_us;
   WatchOptions wo;
@@ -358,6 +361,12 @@ int64_t task_due_us(const Task &task) {
     if (l.present && l.expires_us != kNoTime && (due == kNoTime || l.expires_us < due)) due = l.expires_us;
   }
   return due;
+}
+
+int64_t task_due_us(const Task &task, const RetentionOptions &retention) {
+  const int64_t due = task_due_us(task);
+  const int64_t kept = retention_due_us(task, retention);
+  return kept != kNoTime && (due == kNoTime || kept < due) ? kept : due;
 }
 
 }  // namespace toolnexus

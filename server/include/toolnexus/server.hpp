@@ -25,6 +25,7 @@
 #define TOOLNEXUS_SERVER_HPP
 
 #include "toolnexus/agent_executor.hpp"
+#include "toolnexus/retention.hpp"
 #include "toolnexus/task_store.hpp"
 
 #include <cstddef>
@@ -377,6 +378,14 @@ struct ServerOptions {
   PushOptions push;
   /// Idempotent SendMessage retries.
   IdempotencyOptions idempotency;
+  /// How long Tasks are kept in each terminal state and may wait in
+  /// input-required/auth-required (toolnexus/retention.hpp; empty = all
+  /// kept, none expires). Swept with the leases (every
+  /// lease.settle_interval_ms, reading only what is due on a store with a
+  /// due index; every Task a rule matches at start and every
+  /// lease.full_settle_interval_ms). Servers sharing a store should share
+  /// the policy: each records its own deadlines in the due times it saves.
+  RetentionOptions retention;
   /// An executor's progress reports (TaskProgress) are saved at most this
   /// often; a run still going after this long has "working" saved.
   int progress_interval_ms = 100;
@@ -481,6 +490,12 @@ ServerHandle serve(ServerOptions options);
 /// written by hand is swept like one a server saved. Pure; thread-safe;
 /// never throws except std::bad_alloc.
 int64_t task_due_us(const Task &task);
+
+/// task_due_us() for a server with the retention policy `retention`: also
+/// the Task's retention deadline (retention_due_us) when it is earlier.
+/// What `store put`, `store copy` and `store gc` record when given the
+/// server's config. Pure; thread-safe.
+int64_t task_due_us(const Task &task, const RetentionOptions &retention);
 
 /// Reads a token file: a JSON object mapping bearer tokens to principal
 /// names, {"<token>": "<principal>", ...}. Throws std::runtime_error naming

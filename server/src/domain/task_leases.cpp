@@ -195,6 +195,8 @@ int64_t TaskLifecycle::due_time(const Task &task) const {
     const int64_t other = options_.due_of(task);
     if (other != kNoTime && (due == kNoTime || other < due)) due = other;
   }
+  const int64_t kept = retention_due_us(task, options_.retention);
+  if (kept != kNoTime && (due == kNoTime || kept < due)) due = kept;
   return due;
 }
 
@@ -336,8 +338,9 @@ void TaskLifecycle::settler_loop() {
   std::unique_lock<std::mutex> lock(maint_mu_);
   while (!stop_maintenance_) {
     lock.unlock();
+    bool full = false;
     try {
-      const bool full = Clock::now() >= next_full;
+      full = Clock::now() >= next_full;
       if (full)
         next_full = options_.full_settle_interval_ms > 0
                         ? Clock::now() + std::chrono::milliseconds(options_.full_settle_interval_ms)
@@ -346,6 +349,11 @@ void TaskLifecycle::settler_loop() {
       if (n != 0) log_.info("lease sweep settled " + std::to_string(n) + " abandoned Task(s)");
     } catch (const std::exception &e) {
       log_.error(std::string("lease sweep failed: ") + e.what());
+    }
+    try {
+      sweep_retention(full);
+    } catch (const std::exception &e) {
+      log_.error(std::string("retention sweep failed: ") + e.what());
     }
     lock.lock();
     maint_cv_.wait_for(lock, interval, [this] { return stop_maintenance_; });

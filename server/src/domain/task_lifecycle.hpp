@@ -45,6 +45,7 @@
 #include "domain/task_idempotency.hpp"
 #include "domain/task_watch.hpp"
 #include "toolnexus/agent_executor.hpp"
+#include "toolnexus/retention.hpp"
 #include "toolnexus/task_store.hpp"
 
 #include <rapidjson/document.h>
@@ -156,6 +157,11 @@ struct LifecycleOptions {
   /// index) runs at start and then this often, for Tasks saved without a
   /// due time (by an older server, or by hand). 0 = only at start.
   int full_settle_interval_ms = 3600000;
+  /// How long Tasks are kept and may wait (ServerOptions::retention;
+  /// empty = forever). Its deadline is part of every saved due time
+  /// (due_time()), and the settler runs sweep_retention() after each lease
+  /// sweep.
+  RetentionOptions retention;
   /// History a client's message may grow a Task to (ServerLimits::max_task_history).
   std::size_t max_task_history = 1000;
   /// Largest stored Task, serialized (ServerLimits::max_task_bytes).
@@ -322,10 +328,31 @@ class TaskLifecycle {
   /// settle_expired() does. Returns how many were settled.
   std::size_t settle_due();
 
+  /// One retention step (LifecycleOptions::retention; nothing without a
+  /// rule): deletes the terminal Tasks past their keep time (their
+  /// streams end: TaskWatch::removed) and ends the waiting ones past their
+  /// wait (expire_waiting()). `full`, or a store without TNX_CAP_DUE_INDEX:
+  /// reads by status time every Task a rule matches (for Tasks saved
+  /// before the policy was set); else only the Tasks due. One replica per
+  /// Task (compare-and-set). Logs what it did; returns the counts.
+  /// Throws StoreError when a list fails.
+  GcCounts sweep_retention(bool full);
+
+  /// Ends the waiting Task of `rec` (input-required or auth-required) when
+  /// it is still in rec.state and has waited rule.after_ms at `now_us`:
+  /// status rule.to with an agent message "expired: waited longer than 2h
+  /// in input-required", lease and pending request dropped, saved with
+  /// compare-and-set and published (its subscribers get the final status
+  /// event and their streams end). A conflict re-reads and decides again:
+  /// when another replica resumed or expired it meanwhile, nothing is done.
+  /// True when this call ended it. Throws StoreError.
+  bool expire_waiting(const TaskRecord &rec, const WaitExpiry &rule, int64_t now_us);
+
   /// The due time a save of `task` records (SaveOptions::due_us): for a
   /// submitted or working Task its lease's expiry (without a lease, its
-  /// status time + lease_ms), the earlier of that and
-  /// LifecycleOptions::due_of; kNoTime when nothing is due. Thread-safe.
+  /// status time + lease_ms), the earlier of that, LifecycleOptions::due_of
+  /// and the retention deadline (retention_due_us); kNoTime when nothing is
+  /// due. Thread-safe.
   int64_t due_time(const Task &task) const;
 
   /// Renews the leases of this instance's Tasks that are due, and re-reads

@@ -405,6 +405,17 @@ void TaskWatch::poll_loop() {
   }
 }
 
+void TaskWatch::removed(const std::string &id) {
+  Shard &s = shard(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(id);
+  if (it == s.entries.end()) return;
+  Entry &e = *it->second;
+  e.gone = true;
+  e.cv.notify_all();
+  if (!e.subs.empty()) mark_dirty(id);
+}
+
 void TaskWatch::reread(const std::string &id) {
   std::optional<TaskRecord> rec;
   SnapshotPtr snap;

@@ -143,6 +143,12 @@ class TaskWatch {
   /// when someone watches the Task. Never blocks on I/O.
   void publish(const Snapshot &snap);
 
+  /// News of a delete made here (retention): Task `id` left the store. Its
+  /// waiters return (gone) and its subscribers get on_gone() (a stream's
+  /// final frame is TaskNotFound), without waiting for a re-read. Never
+  /// blocks on I/O.
+  void removed(const std::string &id);
+
   /// `fn` is called (on the saving thread, before waiters are woken) with
   /// every Task published, watched or not; it must be cheap and must not
   /// block. Set before start(); not changed after.
