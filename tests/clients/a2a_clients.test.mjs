@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 
-import { ClientFactory, ClientFactoryOptions } from 'a2a-sdk-1/client';
+import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory, RestTransportFactory } from 'a2a-sdk-1/client';
 import { Message, TaskState, Role } from 'a2a-sdk-1';
 import { ClientFactory as ClientFactory03, ClientFactoryOptions as ClientFactoryOptions03 } from 'a2a-sdk-0.3/client';
 
@@ -318,6 +318,55 @@ async function flows(c) {
   }
 }
 
+// A 1.x client whose transport loses the answer of its first SendMessage:
+// the request reaches the server and is carried out, then the client sees a
+// timeout. @a2a-js/sdk 1.3.0 does not retry a send itself (its only resend is
+// createAuthenticatingFetchWithRetry's, after an auth challenge), so the
+// application retries through the SDK with the same Message, the same
+// messageId (issue 22 item 2).
+async function lossyV1(transport) {
+  let lose = 0;
+  const fetchImpl = async (url, init) => {
+    const r = await fetch(url, init);
+    if (init?.method === 'POST' && lose > 0) {
+      lose--;
+      await r.arrayBuffer();
+      throw new DOMException('the answer was lost (test)', 'TimeoutError');
+    }
+    return r;
+  };
+  const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+    transports: [new JsonRpcTransportFactory({ fetchImpl }), new RestTransportFactory({ fetchImpl })],
+    preferredTransports: [transport],
+  });
+  const client = await new ClientFactory(options).createFromUrl(base);
+  return { client, loseNext: () => { lose = 1; } };
+}
+
+async function retriedSend(transport) {
+  const { client, loseNext } = await lossyV1(transport);
+  const msg = Message.fromJSON({ messageId: mid(), role: 'ROLE_USER', parts: [{ text: 'pay invoice 77' }] });
+  loseNext();
+  await assert.rejects(client.sendMessage({ message: msg }), /lost/);
+  const unwrap = (x) => fromV1(x.payload ? x.payload.value : x);
+  const r = unwrap(await client.sendMessage({ message: msg }));
+  assert.equal(r.state, 'TASK_STATE_INPUT_REQUIRED');
+  assert.deepEqual(r.history.map((m) => m.role), ['ROLE_USER', 'ROLE_AGENT'], 'one turn, not two');
+  const same = await client.listTasks({ contextId: r.contextId });
+  assert.equal(same.tasks.length, 1, 'one Task for the two sends');
+  assert.equal(same.tasks[0].id, r.id);
+
+  // The approval, retried after its answer is lost: one approval, one artifact.
+  const approve = Message.fromJSON({ messageId: mid(), role: 'ROLE_USER', taskId: r.id, parts: [{ text: 'approve' }] });
+  loseNext();
+  await assert.rejects(client.sendMessage({ message: approve }), /lost/);
+  const done = unwrap(await client.sendMessage({ message: approve }));
+  assert.equal(done.id, r.id);
+  assert.equal(done.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(done.artifacts, ['pay invoice 77']);
+  assert.equal(done.history.filter((m) => m.role === 'ROLE_USER').length, 2, 'the retried approval is one message');
+}
+
 if (phase === 'flows') {
   test('card discovery: the 1.x ClientFactory picks v1.0 JSON-RPC by default, HTTP+JSON when preferred', async () => {
     const byDefault = await new ClientFactory().createFromUrl(base);
@@ -334,6 +383,8 @@ if (phase === 'flows') {
   test('@a2a-js/sdk 1.x over JSON-RPC: every flow', async () => flows(await makeV1('JSONRPC')));
   test('@a2a-js/sdk 1.x over HTTP+JSON: every flow', async () => flows(await makeV1('HTTP+JSON')));
   test('@a2a-js/sdk 0.3.x over JSON-RPC: every flow', async () => flows(await makeV03()));
+  test('@a2a-js/sdk 1.x over JSON-RPC: a send retried after its answer was lost makes one Task', async () => retriedSend('JSONRPC'));
+  test('@a2a-js/sdk 1.x over HTTP+JSON: a send retried after its answer was lost makes one Task', async () => retriedSend('HTTP+JSON'));
   test('@a2a-js/sdk 1.x over JSON-RPC: streams and push notifications', async () => streamFlows(await makeV1('JSONRPC')));
   test('@a2a-js/sdk 1.x over HTTP+JSON: streams and push notifications', async () => streamFlows(await makeV1('HTTP+JSON')));
   test('@a2a-js/sdk 0.3.x over JSON-RPC: streams and push notifications', async () => streamFlows(await makeV03()));
