@@ -167,22 +167,25 @@ TEST_CASE("`store put` and `store copy` record the due time a server would: a he
   o.lease.full_settle_interval_ms = 0;  // only at start: what follows must be found by its due time
   auto server = toolnexus::serve(o);
 
-  // A Task held by a server that died, put while this server runs; its
-  // lease expires in 600 ms.
-  const int64_t expiry = toolnexus::now_us() + 600'000;
+  // A Task held by a server that died; its lease expires in 3 s (long
+  // enough for the CLI runs below on a slow sanitizer build: the server must
+  // not have settled it before they are checked).
+  const int64_t expiry = toolnexus::now_us() + 3'000'000;
   const std::string file = dir.str() + "/held.json";
   {
     std::ofstream f(file);
     f << leased("held", "dead-instance", expiry).to_json();
   }
+  // Put in a store no server watches, then copied elsewhere: each keeps the
+  // due time (computed from the Task).
+  const std::string side = "sqlite:" + dir.str() + "/side.db";
+  REQUIRE(std::system((exe + " store put " + side + " " + file + " > /dev/null").c_str()) == 0);
+  CHECK(toolnexus::resolve_store(side)->get("held")->due_us == expiry);
+  REQUIRE(std::system((exe + " store copy " + side + " " + copy + " > /dev/null").c_str()) == 0);
+  CHECK(toolnexus::resolve_store(copy)->get("held")->due_us == expiry);
+  // Put while this server runs: found by its due time and settled.
   REQUIRE(std::system((exe + " store put " + db + " " + file + " > /dev/null").c_str()) == 0);
   CHECK(store->get("held")->due_us == expiry);
-  // Copied elsewhere, it keeps that due time (computed from the Task).
-  REQUIRE(std::system((exe + " store copy " + db + " " + copy + " > /dev/null").c_str()) == 0);
-  {
-    auto c = toolnexus::resolve_store(copy);
-    CHECK(c->get("held")->due_us == expiry);
-  }
-  REQUIRE(eventually([&] { return state_of(*store, "held") == "failed"; }, 5000ms));
+  REQUIRE(eventually([&] { return state_of(*store, "held") == "failed"; }, 10000ms));
   CHECK(store->get("held")->due_us == toolnexus::kNoTime);
 }
