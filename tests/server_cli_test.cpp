@@ -225,6 +225,63 @@ TEST_CASE("toolnexus serve: the Task size limits and the card's url options, fro
   }
 }
 
+namespace {
+/// A blocking v0.3 SendMessage of `text` under `message_id` (and `task_id`).
+rapidjson::Document send_as(Client &c, const std::string &text, const std::string &message_id,
+                            const std::string &task_id = {}) {
+  std::string msg = R"({"role":"user","messageId":)" + q(message_id) + R"(,"parts":[{"kind":"text","text":)" +
+                    q(text) + "}]" + (task_id.empty() ? "" : R"(,"taskId":)" + q(task_id)) + "}";
+  return c.call("SendMessage", R"({"message":)" + msg + R"(,"configuration":{"blocking":true}})");
+}
+size_t history_size(const rapidjson::Document &d) {
+  REQUIRE_MESSAGE(d.HasMember("result"), to_json(d));
+  return d["result"]["history"].Size();
+}
+}  // namespace
+
+TEST_CASE("toolnexus serve: idempotency from the config: the recent-messages bound, off, and bad values refused") {
+  TempDir dir;
+  {
+    // recent_messages 2: a retry of one of the last two messages to a Task
+    // is the first send's outcome; an older messageId is a new message.
+    std::ofstream(dir.path / "two.json") << R"({"agent": "approval", "idempotency": {"recent_messages": 2}})";
+    Child child({"serve", "--config", (dir.path / "two.json").string(), "--listen", "127.0.0.1:0"});
+    Client c(url_from(child.first_stdout_line()));
+    auto first = send_as(c, "deploy", "new-1");
+    const std::string id = task_id(first);
+    CHECK(history_size(first) == 2);  // deploy, the prompt
+    CHECK(task_id(send_as(c, "deploy", "new-1")) == id);  // a new Task's retry: the same Task
+    CHECK(history_size(send_as(c, "hmm", "a", id)) == 4);
+    CHECK(history_size(send_as(c, "hmm", "b", id)) == 6);
+    CHECK(history_size(send_as(c, "hmm", "c", id)) == 8);
+    CHECK(history_size(send_as(c, "hmm", "c", id)) == 8);  // recent: no second turn
+    CHECK(history_size(send_as(c, "hmm", "b", id)) == 8);
+    CHECK(history_size(send_as(c, "hmm", "a", id)) == 10);  // forgotten past 2: a new turn
+    auto changed = send_as(c, "approve", "c", id);  // same messageId, another body
+    CHECK(error_message(changed).find("messageId 'c' was already used with a different message") !=
+          std::string::npos);
+  }
+  {
+    std::ofstream(dir.path / "off.json") << R"({"agent": "approval", "idempotency": {"enabled": false}})";
+    Child child({"serve", "--config", (dir.path / "off.json").string(), "--listen", "127.0.0.1:0"});
+    Client c(url_from(child.first_stdout_line()));
+    CHECK(task_id(send_as(c, "deploy", "same")) != task_id(send_as(c, "deploy", "same")));
+  }
+  const std::pair<const char *, const char *> bad[] = {
+      {R"({"idempotency": {"enabled": "yes"}})", "idempotency.enabled must be true or false"},
+      {R"({"idempotency": {"recent_messages": 0}})", "idempotency.recent_messages must be an integer between 1 and"},
+      {R"({"idempotency": {"window_ms": -5}})", "idempotency.window_ms must be an integer between 1 and"},
+      {R"({"idempotency": []})", "idempotency must be an object"},
+  };
+  for (const auto &[config, why] : bad) {
+    CAPTURE(config);
+    std::ofstream(dir.path / "bad.json") << config;
+    Child child({"serve", "--config", (dir.path / "bad.json").string(), "--listen", "127.0.0.1:0"});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 2);
+    CHECK_MESSAGE(child.err_buf.find(why) != std::string::npos, child.err_buf);
+  }
+}
+
 TEST_CASE("toolnexus serve with bearer tokens") {
   TempDir dir;
   {
