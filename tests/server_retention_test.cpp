@@ -10,6 +10,8 @@
 
 #include "toolnexus/retention.hpp"
 
+#include <map>
+
 using namespace tnxtest;
 
 namespace {
@@ -167,4 +169,39 @@ TEST_CASE("a Task listed as due but kept under the current policy gets its due t
   const int64_t want = memory->get("recent")->status_time_us + 24LL * 3600 * 1'000'000;
   CHECK(eventually([&] { return memory->get("recent")->due_us == want; }, kBound));
   CHECK(memory->get("recent").has_value());
+}
+
+TEST_CASE("two replicas on one sqlite file, both sweeping: each waiting Task is expired exactly once") {
+  TempDir dir;
+  const std::string sel = "sqlite:" + (dir.path / "tasks.db").string();
+  auto direct = toolnexus::resolve_store(sel);
+  auto oa = retention_options("approval"), ob = retention_options("approval");
+  oa.store = sel;
+  ob.store = sel;
+  toolnexus::add_retention_flag(oa.retention, "input-required=1500ms:canceled", "test");
+  toolnexus::add_retention_flag(ob.retention, "input-required=1500ms:canceled", "test");
+  auto a = toolnexus::serve(oa);
+  auto b = toolnexus::serve(ob);
+  Client ca(a.url()), cb(b.url());
+  constexpr int kTasks = 24;
+  std::map<std::string, uint64_t> parked;  // id -> the version it was parked at
+  for (int i = 0; i < kTasks; ++i) {
+    Client &c = i % 2 == 0 ? ca : cb;
+    const std::string id = task_id(c.send("job " + std::to_string(i), {}, R"({"blocking":true})"));
+    auto rec = direct->get(id);
+    REQUIRE(rec);
+    REQUIRE(rec->state == "input-required");
+    parked[id] = rec->version;
+  }
+  for (const auto &[id, version] : parked) {
+    CAPTURE(id);
+    REQUIRE(eventually([&] { return state_of(ca.get_task(id)) == "canceled"; }, kBound));
+    auto rec = direct->get(id);
+    REQUIRE(rec);
+    // One save after the parked one: the replica that came second lost the
+    // compare-and-set and left the Task alone (a second expiry would be
+    // version + 2, with the first one's status overwritten).
+    CHECK(rec->version == version + 1);
+    CHECK(status_text(cb.get_task(id)["result"]) == "expired: waited longer than 1500ms in input-required");
+  }
 }
