@@ -118,6 +118,8 @@ def main():
         "toolnexus_push_retries": "counter", "toolnexus_push_give_ups": "counter",
         "toolnexus_leases_settled": "counter", "toolnexus_change_feed": "gauge",
         "toolnexus_change_feed_gaps": "counter", "toolnexus_watch_rereads": "counter",
+        "toolnexus_retention_records_read": "counter", "toolnexus_retention_deleted": "counter",
+        "toolnexus_retention_expired": "counter",
     }
     for name, kind in want.items():
         check(name in families and families[name].type == kind, "%s: missing or not a %s" % (name, kind))

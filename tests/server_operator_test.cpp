@@ -8,6 +8,7 @@
 #include "server_test_support.hpp"
 
 #include "common/metrics.hpp"
+#include "toolnexus/retention.hpp"
 #include "common/server_metrics.hpp"
 #include "domain/metered_store.hpp"
 
@@ -167,6 +168,9 @@ TEST_CASE("/metrics on the admin listener: 3 GetTask add exactly 3 requests, 3 s
   CHECK(sample(page, "toolnexus_streams_open") == 0);
   CHECK(sample(page, "toolnexus_ready") == 1);
   CHECK(sample(page, "toolnexus_leases_settled_total") == 0);
+  CHECK(sample(page, "toolnexus_retention_records_read_total") == 0);
+  CHECK(sample(page, "toolnexus_retention_deleted_total") == 0);
+  CHECK(sample(page, "toolnexus_retention_expired_total") == 0);
   // The memory store has a change feed (ABI 1.4): nothing polled, no gap.
   CHECK(sample(page, "toolnexus_change_feed") == 1);
   CHECK(sample(page, "toolnexus_change_feed_gaps_total") == 0);
@@ -277,4 +281,33 @@ TEST_CASE("the metered store the server uses keeps the inner store's change feed
   const std::string page = m.render(GaugeValues{});
   CHECK(sample(page, "toolnexus_store_cas_conflicts_total") == 1);
   CHECK(sample(page, R"(toolnexus_store_errors_total{op="save",error="conflict"})") == 1);
+}
+
+TEST_CASE("/metrics counts the retention sweeps: records read, Tasks deleted, waits expired") {
+  auto o = test_options();
+  o.admin_listen = "127.0.0.1:0";
+  o.agent = "approval";
+  o.lease.settle_interval_ms = 20;
+  toolnexus::add_retention_rule(o.retention, "canceled", "200ms", {}, "test");
+  toolnexus::add_retention_flag(o.retention, "input-required=300ms:failed", "test");
+  auto server = serve(o);
+  Client c(server.url());
+  std::vector<std::string> canceled, waiting;
+  for (int i = 0; i < 3; ++i) {
+    canceled.push_back(task_id(c.send("a" + std::to_string(i), {}, R"({"blocking":true})")));
+    REQUIRE(error_code(c.call("CancelTask", R"({"id":)" + q(canceled.back()) + "}")) == 0);
+  }
+  for (int i = 0; i < 2; ++i) waiting.push_back(task_id(c.send("b" + std::to_string(i), {}, R"({"blocking":true})")));
+  // The 3 canceled Tasks leave the store, the 2 waiting ones end failed.
+  REQUIRE(eventually([&] {
+    for (const auto &id : canceled)
+      if (server.store()->get(id)) return false;
+    for (const auto &id : waiting)
+      if (state_of(c.get_task(id)) != "failed") return false;
+    return true;
+  }, 30000ms));
+  const std::string page = metrics_page(server.admin_url());
+  CHECK(sample(page, "toolnexus_retention_deleted_total") == 3);
+  CHECK(sample(page, "toolnexus_retention_expired_total") == 2);
+  CHECK(sample(page, "toolnexus_retention_records_read_total") >= 5);
 }

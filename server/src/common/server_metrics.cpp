@@ -150,6 +150,14 @@ std::string ServerMetrics::render(const GaugeValues &g) const {
   counter(out, "toolnexus_leases_settled_total",
           "Tasks left running by a stopped server (expired lease) that this server settled as failed.",
           leases_settled.value());
+  counter(out, "toolnexus_retention_records_read_total",
+          "Records the retention sweeps of this server read (their cost: what was due, or a full pass's).",
+          retention_read.value());
+  counter(out, "toolnexus_retention_deleted_total",
+          "Terminal Tasks this server deleted past their retention (keep time).", retention_deleted.value());
+  counter(out, "toolnexus_retention_expired_total",
+          "Waiting Tasks (input-required, auth-required) this server ended past their retention wait.",
+          retention_expired.value());
   return out;
 }
 

@@ -71,6 +71,12 @@ class ServerMetrics {
 
   /// Expired leases of Tasks settled (failed) by this server.
   Counter leases_settled;
+  /// Retention sweeps (issue 22.3): records their lists read (the cost),
+  /// terminal Tasks deleted past their keep time, waiting Tasks ended past
+  /// their wait, by this server.
+  Counter retention_read;
+  Counter retention_deleted;
+  Counter retention_expired;
   /// Push notifications a webhook accepted (2xx).
   Counter push_deliveries;
   /// Push notification POSTs that failed (no answer, not 2xx).

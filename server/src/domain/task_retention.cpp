@@ -307,6 +307,11 @@ GcCounts TaskLifecycle::sweep_retention(bool full) {
     return stop_maintenance_;
   };
   const GcCounts c = server_detail::sweep_retention(*store_, options_.retention, due_only, now_us(), hooks);
+  if (options_.metrics != nullptr) {
+    options_.metrics->retention_read.add(c.read);
+    options_.metrics->retention_deleted.add(c.deleted);
+    options_.metrics->retention_expired.add(c.expired);
+  }
   if (c.deleted != 0 || c.expired != 0)
     log_.info("retention sweep deleted " + std::to_string(c.deleted) + " Task(s) past their keep time and expired " +
               std::to_string(c.expired) + " waiting Task(s) (" + std::to_string(c.read) + " record(s) read)");
