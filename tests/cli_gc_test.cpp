@@ -7,6 +7,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "cli_run.hpp"
 #include "test_util.hpp"
 #include "toolnexus/registry.hpp"
 
@@ -20,35 +21,9 @@ namespace fs = std::filesystem;
 using namespace toolnexus;
 
 namespace {
-const std::string kBin = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
+using tnx_test::Run;
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string sh_quote(const std::string &s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
-Run run(const std::vector<std::string> &args) {
-  static fs::path dir = tnx_test::temp_dir("tnx-gc");
-  const fs::path out = dir / "stdout", err = dir / "stderr";
-  std::string cmd = sh_quote(kBin);
-  for (const auto &a : args) cmd += " " + sh_quote(a);
-  cmd += " </dev/null >" + sh_quote(out.string()) + " 2>" + sh_quote(err.string());
-  const int st = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = tnx_test::slurp(out);
-  r.err = tnx_test::slurp(err);
-  return r;
-}
+Run run(const std::vector<std::string> &args) { return tnx_test::run_cli(args); }
 
 // A Task in `state` whose status is `age_s` seconds old.
 Task task(const std::string &id, const std::string &state, int64_t age_s) {

@@ -7,6 +7,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "cli_run.hpp"
 #include "test_util.hpp"
 #include "toolnexus/registry.hpp"
 
@@ -27,44 +28,19 @@ using namespace toolnexus;
 
 namespace {
 const std::string kBin = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string sh_quote(const std::string &s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
+using tnx_test::Run;
+using tnx_test::sh_quote;
 
 // Runs `toolnexus ARGS` with `input` on stdin, from a regular file or, with
-// `pipe`, through a pipe (not seekable: checked as it is read).
+// `pipe`, through a pipe (not seekable: checked as it is read). Without leak
+// checking (see RunOptions::no_leak_check: seen on a 20,000-line put);
+// cli_store_test runs the same put and copy code with it.
 Run run(const std::vector<std::string> &args, const std::string &input = "", bool pipe = false) {
-  static fs::path dir = tnx_test::temp_dir("tnx-put");
-  fs::path in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
-  tnx_test::spit(in, input);
-  // Under ASan, LeakSanitizer's stop-the-world tracer now and then crashes
-  // at the exit of a `toolnexus` that has done its work (google/sanitizers
-  // #1353; seen here on a 20,000-line put), and the exit code is then
-  // LeakSanitizer's: the children of this test run without leak checking.
-  // cli_store_test runs the same put and copy code with it.
-  const std::string env = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
-  std::string cmd = env + sh_quote(kBin);
-  if (pipe) cmd = "cat " + sh_quote(in.string()) + " 2>/dev/null | " + cmd;
-  for (const auto &a : args) cmd += " " + sh_quote(a);
-  cmd += (pipe ? std::string() : " <" + sh_quote(in.string())) + " >" + sh_quote(out.string()) + " 2>" +
-         sh_quote(err.string());
-  const int st = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = tnx_test::slurp(out);
-  r.err = tnx_test::slurp(err);
-  return r;
+  tnx_test::RunOptions o;
+  o.input = input;
+  o.pipe = pipe;
+  o.no_leak_check = true;
+  return tnx_test::run_cli(args, o);
 }
 
 // Task `i` of an import, as one JSON line (as Task::to_json writes it, so

@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "cli_run.hpp"
 #include "test_util.hpp"
 #include "toolnexus/registry.hpp"
 
@@ -25,38 +26,18 @@ using namespace toolnexus;
 namespace {
 const std::string kBin = std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus";
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-fs::path temp_dir() { return tnx_test::temp_dir("tnx-cli"); }
+using tnx_test::Run;
+using tnx_test::sh_quote;
 using tnx_test::slurp;
 using tnx_test::spit;
 
-std::string sh_quote(const std::string &s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
+fs::path temp_dir() { return tnx_test::temp_dir("tnx-cli"); }
 
 // Runs `toolnexus ARGS` with `input` on stdin; captures stdout and stderr.
 Run run(const std::vector<std::string> &args, const std::string &input = "") {
-  static fs::path dir = temp_dir();
-  fs::path in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
-  spit(in, input);
-  std::string cmd = sh_quote(kBin);
-  for (const auto &a : args) cmd += " " + sh_quote(a);
-  cmd += " <" + sh_quote(in.string()) + " >" + sh_quote(out.string()) + " 2>" + sh_quote(err.string());
-  int st = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  tnx_test::RunOptions o;
+  o.input = input;
+  return tnx_test::run_cli(args, o);
 }
 
 std::string task_json(const std::string &id, const std::string &ctx, const std::string &state, int sec) {
