@@ -25,6 +25,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
+#include <openssl/rsa.h>
 
 #include <fstream>
 #include <mutex>
