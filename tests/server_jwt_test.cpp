@@ -164,6 +164,13 @@ struct Keys {
   std::string hs(const Claims &c) const { return jws(header("HS256", "h1"), c.json(), "HS256", nullptr, hmac); }
 };
 
+// Made once per process: doctest runs a test case's body again for each
+// subcase, and RSA key generation is the slow part.
+const Keys &shared_keys() {
+  static const Keys keys;
+  return keys;
+}
+
 std::string bearer(const std::string &token) { return "Authorization: Bearer " + token + "\r\n"; }
 
 // POST / with a v1.0 ListTasks: the status and WWW-Authenticate.
@@ -192,16 +199,28 @@ class JwksServer {
     std::lock_guard<std::mutex> lock(mu_);
     return gets_;
   }
+  /// Answer 503 (the issuer is down) until told otherwise.
+  void fail(bool down) {
+    std::lock_guard<std::mutex> lock(mu_);
+    down_ = down;
+  }
 
  private:
   struct Handler : Poco::Net::HTTPRequestHandler {
     explicit Handler(JwksServer &s) : s_(s) {}
     void handleRequest(Poco::Net::HTTPServerRequest &, Poco::Net::HTTPServerResponse &res) override {
       std::string body;
+      bool down = false;
       {
         std::lock_guard<std::mutex> lock(s_.mu_);
         ++s_.gets_;
         body = s_.body_;
+        down = s_.down_;
+      }
+      if (down) {
+        res.setStatusAndReason(Poco::Net::HTTPResponse::HTTP_SERVICE_UNAVAILABLE);
+        res.send() << "down";
+        return;
       }
       res.setContentType("application/json");
       res.sendBuffer(body.data(), body.size());
@@ -220,6 +239,7 @@ class JwksServer {
   std::mutex mu_;
   std::string body_ = R"({"keys":[]})";
   int gets_ = 0;
+  bool down_ = false;
 };
 
 toolnexus::JwtOptions jwt_options() {
@@ -235,7 +255,7 @@ toolnexus::JwtOptions jwt_options() {
 
 TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
   TempDir dir;
-  Keys keys;
+  const Keys &keys = shared_keys();
   {
     std::ofstream f(dir.path / "jwks.json");
     f << keys.jwks();
@@ -344,7 +364,7 @@ TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
 
 TEST_CASE("each JWT principal sees only its own Tasks, in every dialect") {
   TempDir dir;
-  Keys keys;
+  const Keys &keys = shared_keys();
   {
     std::ofstream f(dir.path / "jwks.json");
     f << keys.jwks();
@@ -429,8 +449,8 @@ TEST_CASE("each JWT principal sees only its own Tasks, in every dialect") {
 }
 
 TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per interval") {
-  Keys keys;
-  Pkey rotated = rsa_key();
+  const Keys &keys = shared_keys();
+  static const Pkey rotated = rsa_key();
   JwksServer jwks;
   jwks.set(R"({"keys":[)" + rsa_jwk(keys.rsa.get(), "r1") + "]}");
 
@@ -465,6 +485,20 @@ TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per inte
     }
     CHECK(jwks.gets() == before);
     CHECK(list_as(strict, new_kid).status == 200);  // the start fetch had r2
+  }
+  SUBCASE("an issuer down at start: the server starts, refuses tokens, and takes the keys once it is up") {
+    jwks.fail(true);
+    auto o2 = test_options();
+    o2.jwt = jwt_options();
+    o2.jwt.jwks_url = jwks.url();
+    o2.jwt.jwks_refresh_min_s = 1;
+    toolnexus::ServerHandle late = toolnexus::serve(o2);
+    const HttpResponse r = list_as(late, keys.rs(good));
+    CHECK(r.status == 401);
+    CHECK(r.header("www-authenticate").find("the token signature cannot be verified") != std::string::npos);
+    jwks.fail(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    CHECK(list_as(late, keys.rs(good)).status == 200);
   }
   SUBCASE("HS256 keys are never taken from a URL") {
     jwks.set(R"({"keys":[{"kty":"oct","kid":"h1","k":")" + b64url(keys.hmac) + R"("}]})");
