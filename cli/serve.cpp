@@ -150,6 +150,12 @@ config file:
            "allowed_hosts": ["agents.example.com"], "trust_forwarded": false,
            "card_max_age_s": 300},
    "auth_tokens": "tokens.json", "log_level": "info", "workers": 64,
+   "auth": {"jwt": {"issuer": "https://login.example.com", "audience": "toolnexus",
+                    "jwks_url": "https://login.example.com/jwks.json",
+                    "principal_claim": "sub", "tenant_claim": null,
+                    "clock_skew_s": 60, "algorithms": ["RS256", "ES256"],
+                    "jwks_refresh_min_s": 60, "jwks_max_age_s": 3600,
+                    "jwks_timeout_ms": 5000}},
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
               "keep_alive_timeout_ms": 10000, "header_timeout_ms": 10000,
@@ -178,8 +184,12 @@ config file:
            "tools": [{"name": "authorize", "description": "...",
                       "parameters": {"type": "object", "properties": {}},
                       "approval": true, "result": "authorized"}]}}
-  plugin_dirs, auth_tokens, instance_file and llm.ca_file are relative to the
-  config file's directory. "llm" is used by --agent llm (see docs/llm-agent.md).
+  plugin_dirs, auth_tokens, auth.jwt.jwks_file, instance_file and llm.ca_file are
+  relative to the config file's directory. "llm" is used by --agent llm (see
+  docs/llm-agent.md). "auth.jwt" takes bearer JWTs (OAuth 2 / OIDC access
+  tokens; "jwks_file" or "jwks_url", one of them): a credential the token file
+  knows is its principal, any other is validated as a JWT; see
+  docs/configuration.md, "JWT bearer tokens".
 )";
 
 struct UsageError : std::runtime_error {
@@ -266,7 +276,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   c.dir = std::filesystem::absolute(file).parent_path();
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
-               {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "log_level",
+               {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "auth", "log_level",
                 "workers", "limits", "lease", "streams", "push", "idempotency", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
                 "drain_timeout_ms", "instance_id", "instance_file", "retention"});
 
@@ -290,6 +300,18 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   if (auto v = config_string(c, root, "agent", "agent"); !v.empty()) o.agent = v;
   if (auto v = config_string(c, root, "auth_tokens", "auth_tokens"); !v.empty())
     auth_file = (c.dir / v).lexically_normal().string();
+  if (const rapidjson::Value *au = member(root, "auth")) {
+    if (!au->IsObject()) throw UsageError(file + ": auth must be an object");
+    warn_unknown(c, *au, "auth.", {"jwt"});
+    if (const rapidjson::Value *j = member(*au, "jwt")) {
+      try {
+        o.jwt = parse_jwt_options(*j, file + ": auth.jwt");
+      } catch (const std::invalid_argument &e) {
+        throw UsageError(e.what());
+      }
+      if (!o.jwt.jwks_file.empty()) o.jwt.jwks_file = (c.dir / o.jwt.jwks_file).lexically_normal().string();
+    }
+  }
   if (auto v = config_string(c, root, "log_level", "log_level"); !v.empty()) o.log_level = parse_log_level(v);
   if (auto v = config_int(c, root, "workers", "workers", 1, 1024)) o.workers = static_cast<unsigned>(*v);
   if (auto v = config_int(c, root, "progress_interval_ms", "progress_interval_ms", 1, 3600000))

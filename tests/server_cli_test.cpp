@@ -301,6 +301,45 @@ TEST_CASE("toolnexus serve with bearer tokens") {
   CHECK(child.err_buf.find("cli-secret-1") == std::string::npos);
 }
 
+TEST_CASE("toolnexus serve with auth.jwt: jwks_file relative to the config; bad keys refused by name") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.path / "keys.json");
+    f << R"({"keys":[{"kty":"oct","kid":"h1","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}]})";
+  }
+  {
+    std::ofstream f(dir.path / "c.json");
+    f << R"({"auth":{"jwt":{"issuer":"https://i.example","audience":"a","jwks_file":"keys.json",)"
+         R"("algorithms":["HS256"]}}})";
+  }
+  {
+    Child child({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "c.json").string()});
+    const std::string url = url_from(child.first_stdout_line());
+    Connection anon(port_of(url));
+    const HttpResponse r = anon.post(R"({"jsonrpc":"2.0","id":1,"method":"ListTasks"})");
+    CHECK(r.status == 401);
+    Connection card(port_of(url));
+    CHECK(card.get("/.well-known/agent-card.json").body.find(R"("bearerFormat":"JWT")") != std::string::npos);
+    ::kill(child.pid, SIGTERM);
+    CHECK(child.wait_exit() == 0);
+  }
+  {
+    std::ofstream f(dir.path / "bad.json");
+    f << R"({"auth":{"jwt":{"issuer":"https://i.example","audience":"a","jwks_file":"keys.json","skew":5}}})";
+  }
+  Child bad({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "bad.json").string()});
+  CHECK(WEXITSTATUS(bad.wait_exit()) == 2);
+  CHECK(bad.err_buf.find("auth.jwt.skew is not a known key") != std::string::npos);
+  // The default algorithms (RS256, ES256) leave an HS256-only file with no key.
+  {
+    std::ofstream f(dir.path / "nokey.json");
+    f << R"({"auth":{"jwt":{"issuer":"https://i.example","audience":"a","jwks_file":"keys.json"}}})";
+  }
+  Child nokey({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "nokey.json").string()});
+  CHECK(WEXITSTATUS(nokey.wait_exit()) == 1);
+  CHECK(nokey.err_buf.find("keys.json holds no key usable with auth.jwt.algorithms") != std::string::npos);
+}
+
 TEST_CASE("toolnexus serve refuses what it cannot run, with a clear message and a non-zero exit") {
   SUBCASE("unknown store selector") {
     Child child({"serve", "--listen", "127.0.0.1:0", "--store", "nosuch:place"});

@@ -5,6 +5,7 @@
 #include "service/a2a_methods.hpp"
 #include "wire/agent_card.hpp"
 #include "wire/auth.hpp"
+#include "bindings/jwt_auth.hpp"
 #include "wire/web_origin.hpp"
 #include "bindings/http.hpp"
 #include "bindings/operator.hpp"
@@ -67,6 +68,7 @@ struct ServerHandle::Impl {
   std::string admin_url;
   bool owns_store = false;
   std::unique_ptr<TokenAuth> auth;
+  std::unique_ptr<JwtAuth> jwt;
   CardConfig card;
   std::unique_ptr<TaskWatch> watch;
   std::unique_ptr<TaskLifecycle> lifecycle;
@@ -248,7 +250,10 @@ ServerHandle serve(ServerOptions o) {
   impl->auth = std::make_unique<TokenAuth>(o.auth_tokens);
   impl->card.options = o.card;
   impl->card.skills = executor->skills();
-  impl->card.bearer_auth = impl->auth->enabled();
+  if (o.jwt.enabled()) impl->jwt = std::make_unique<JwtAuth>(o.jwt, *impl->log);
+  impl->card.bearer_auth = impl->auth->enabled() || impl->jwt != nullptr;
+  impl->card.bearer_jwt = impl->jwt != nullptr;
+  impl->card.jwt_only = impl->jwt != nullptr && !impl->auth->enabled();
 
   LifecycleOptions lo;
   lo.workers = o.workers != 0 ? o.workers : default_workers(impl->store->info());
@@ -314,6 +319,7 @@ ServerHandle serve(ServerOptions o) {
   services.metrics = impl->metrics.get();
   services.methods = impl->methods.get();
   services.auth = impl->auth.get();
+  services.jwt = impl->jwt.get();
   services.card = &impl->card;
   services.log = impl->log.get();
   services.watch = impl->watch.get();
@@ -345,7 +351,8 @@ ServerHandle serve(ServerOptions o) {
                   (impl->identity ? " kept in " + impl->identity->path() : std::string()) + " on " + host_name() +
                   " pid " +
                   std::to_string(::getpid()) +
-                  (impl->auth->enabled() ? ", bearer authentication on" : "") + ")");
+                  (impl->auth->enabled() ? ", bearer authentication on" : "") +
+                  (impl->jwt ? ", bearer JWTs from " + o.jwt.issuer : std::string()) + ")");
   if (impl->admin) impl->log->info("admin endpoints (/healthz, /readyz, /metrics) at " + impl->admin_url);
   if ((info.capabilities & TNX_CAP_PERSISTENT) != 0 && (info.capabilities & TNX_CAP_MULTI_PROCESS) == 0)
     impl->log->info("this store's compare-and-set holds within this process only: servers in other processes "

@@ -25,6 +25,7 @@
 #define TOOLNEXUS_SERVER_HPP
 
 #include "toolnexus/agent_executor.hpp"
+#include "toolnexus/jwt_options.hpp"
 #include "toolnexus/retention.hpp"
 #include "toolnexus/task_store.hpp"
 
@@ -367,6 +368,14 @@ struct ServerOptions {
   /// Bearer tokens -> principal names. Empty = authentication off (every
   /// caller is the anonymous principal ""). See load_auth_tokens().
   std::map<std::string, std::string> auth_tokens;
+  /// Bearer JWTs (OAuth 2 / OIDC access tokens), validated against an
+  /// issuer's keys; off unless jwt.enabled() (a JWKS file or URL set).
+  /// With auth_tokens too, a bearer credential the token file knows is its
+  /// principal, any other is validated as a JWT: both kinds of caller are
+  /// served, in one principal namespace (docs/configuration.md, "JWT
+  /// bearer tokens"). serve() throws std::invalid_argument on bad options
+  /// or an unusable JWKS file.
+  JwtOptions jwt;
   /// Worker threads running executors. 0 = by the store: 64 on a store with
   /// TNX_CAP_DURABLE (file:, sqlite:, postgres), whose executors mostly
   /// wait for their saves to reach the disk, so the workers bound the saves

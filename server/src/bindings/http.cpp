@@ -337,19 +337,43 @@ class Router {
     return 204;
   }
 
-  // Bearer authentication; on failure the 401 is sent and false returned.
-  bool authenticate(HttpRequest &req, Responder &out, std::string &principal) {
-    if (!s_.auth->enabled()) return true;
-    auto who = s_.auth->authenticate(req.head.get("Authorization", ""));
-    if (!who) {
+  // Bearer authentication (RFC 6750): the token file first, then, for a
+  // credential shaped like a JWT, auth.jwt. On failure the 401 is sent and
+  // false returned. `tenant` receives a JWT's tenant claim.
+  bool authenticate(HttpRequest &req, Responder &out, std::string &principal, std::optional<std::string> &tenant) {
+    if (!s_.auth->enabled() && s_.jwt == nullptr) return true;
+    const std::string &header = req.head.get("Authorization", Poco::Net::HTTPMessage::EMPTY);
+    if (s_.auth->enabled()) {
+      if (auto who = s_.auth->authenticate(header)) {
+        principal = std::move(*who);
+        return true;
+      }
+    }
+    const std::optional<std::string_view> credential = bearer_credential(header);
+    if (!credential) {
+      // No credentials: no error code (RFC 6750 section 3.1).
       HttpReply r = http_error_reply(401, "this agent requires Authorization: Bearer <token> (see the agent card's "
                                           "securitySchemes)");
       r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"toolnexus\"");
       out.reply(std::move(r));
       return false;
     }
-    principal = std::move(*who);
-    return true;
+    const char *why = "the token is not valid";
+    if (s_.jwt != nullptr && std::count(credential->begin(), credential->end(), '.') == 2) {
+      JwtResult r = s_.jwt->validate(*credential);
+      if (r.identity) {
+        principal = std::move(r.identity->principal);
+        tenant = std::move(r.identity->tenant);
+        return true;
+      }
+      why = jwt_failure_text(r.failure);
+      if (s_.log->enabled(LogLevel::debug)) s_.log->debug(std::string("bearer JWT refused: ") + r.detail);
+    }
+    HttpReply r = http_error_reply(401, std::string("the bearer token was refused: ") + why);
+    r.headers.emplace_back("WWW-Authenticate", std::string("Bearer realm=\"toolnexus\", error=\"invalid_token\", "
+                                                           "error_description=\"") + why + "\"");
+    out.reply(std::move(r));
+    return false;
   }
 
   // The HTTP+JSON binding (A2A v1.0 section 11).
@@ -357,7 +381,8 @@ class Router {
     b.metric_method = method_label(route.method);
     b.metric_dialect = "1.0";
     b.metric_transport = "rest";
-    if (!authenticate(req, out, principal)) return 401;
+    std::optional<std::string> bound_tenant;
+    if (!authenticate(req, out, principal, bound_tenant)) return 401;
     b.method = "REST ";
     b.method += req.head.getMethod();
     std::vector<std::pair<std::string, std::string>> query;
@@ -387,6 +412,7 @@ class Router {
       CallContext call;
       call.principal = principal;
       call.dialect = *dialect;
+      call.bound_tenant = std::move(bound_tenant);
       std::optional<StreamPlan> plan;
       status = serve_rest(*s_.methods, route, query, req.body, s_.limits.max_json_depth, std::move(call), b.out,
                           b.answer, req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan);
@@ -428,7 +454,8 @@ class Router {
     b.metric_method = "unknown";
     b.metric_dialect = "0.3";
     b.metric_transport = "jsonrpc";
-    if (!authenticate(req, out, principal)) return 401;
+    std::optional<std::string> bound_tenant;
+    if (!authenticate(req, out, principal, bound_tenant)) return 401;
     if (!json_content_type(req)) {
       out.reply(http_error_reply(415, content_type_refusal(req)));
       return 415;
@@ -443,7 +470,8 @@ class Router {
     bool is_stream = false;
     Dialect dialect = Dialect::v0_3;
     s_.methods->handle(req.body, version, principal, b.out, b.method,
-                       req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect);
+                       req.head.get("Last-Event-ID", Poco::Net::HTTPMessage::EMPTY), &plan, &is_stream, &dialect,
+                       bound_tenant);
     b.metric_method = method_label(b.method);
     b.metric_dialect = dialect_name(dialect);
     if (plan || is_stream) b.metric_transport = "sse";

@@ -11,6 +11,7 @@
 #include "service/a2a_methods.hpp"
 #include "wire/agent_card.hpp"
 #include "wire/auth.hpp"
+#include "bindings/jwt_auth.hpp"
 #include "common/log.hpp"
 #include "delivery/streams.hpp"
 #include "domain/task_watch.hpp"
@@ -25,6 +26,9 @@ namespace toolnexus::server_detail {
 struct HttpServices {
   A2AMethods *methods = nullptr;
   const TokenAuth *auth = nullptr;
+  /// Bearer JWT validation (auth.jwt); null = off. Tried for a bearer
+  /// credential the token file does not know.
+  const JwtAuth *jwt = nullptr;
   const CardConfig *card = nullptr;
   const Logger *log = nullptr;
   /// Where streams subscribe.

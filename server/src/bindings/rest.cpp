@@ -271,6 +271,7 @@ int serve_rest(A2AMethods &methods, const RestRoute &route,
                                          "params.tenant");
       call.tenant.assign(t->GetString(), t->GetStringLength());
     }
+    bind_tenant(call);
   } catch (const RpcError &e) {
     return write_rest_error(Failure{e.code(), e.message(), e.field()}, body);
   }

@@ -358,9 +358,22 @@ Failure A2AMethods::current_failure(std::optional<A2AMethod> m, std::string_view
   }
 }
 
+void bind_tenant(CallContext &call) {
+  if (!call.bound_tenant) return;
+  if (call.tenant.empty()) {
+    call.tenant = *call.bound_tenant;
+  } else if (call.tenant != *call.bound_tenant) {
+    throw RpcError(rpc_code::kInvalidParams,
+                   "invalid params: params.tenant " + in_quotes(call.tenant) +
+                       " is not the tenant this credential is bound to (leave it out, or name the credential's)",
+                   "params.tenant");
+  }
+}
+
 void A2AMethods::handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
                         ResponseWriter &out, std::string &method, std::string_view last_event_id,
-                        std::optional<StreamPlan> *stream, bool *is_stream_method, Dialect *dialect_out) {
+                        std::optional<StreamPlan> *stream, bool *is_stream_method, Dialect *dialect_out,
+                        const std::optional<std::string> &bound_tenant) {
   ThreadState &st = thread_state();
   st.reset();
   out.reset();
@@ -403,6 +416,8 @@ void A2AMethods::handle(std::string_view body, std::string_view a2a_version, con
     if (is_v1(call.dialect)) {
       if (auto tenant = opt_string(params, "tenant", "params.tenant")) call.tenant = std::string(*tenant);
     }
+    call.bound_tenant = bound_tenant;
+    bind_tenant(call);
     if (streaming) {
       StreamPlan plan;
       plan.style.binding = Binding::jsonrpc;

@@ -47,7 +47,16 @@ struct CallContext {
   /// "" = none). A Task is visible only with the tenant it was created
   /// with; a v0.3 request has tenant "".
   std::string tenant;
+  /// The tenant the caller's credential binds it to (a JWT's tenant claim,
+  /// auth.jwt.tenant_claim; nullopt = not bound). See bind_tenant().
+  std::optional<std::string> bound_tenant;
 };
+
+/// Applies `call.bound_tenant`: a request that names no tenant gets it; one
+/// naming another tenant is refused (throws RpcError -32602 on
+/// params.tenant, "... is not the tenant this credential is bound to").
+/// Does nothing when the caller is not bound.
+void bind_tenant(CallContext &call);
 
 /// Serves the A2A methods. Thread-safe (per-thread parse buffers); the
 /// lifecycle and store it uses are shared.
@@ -68,11 +77,12 @@ class A2AMethods {
   /// refused like an unknown method); `last_event_id` is the request's
   /// Last-Event-ID header ("" = none). `*is_stream_method` (may be null) is
   /// set when the method is a streaming one, also when it failed (v0.3
-  /// clients then expect the error as an SSE event). Never throws.
+  /// clients then expect the error as an SSE event). `bound_tenant`: the
+  /// caller's credential's tenant (CallContext::bound_tenant). Never throws.
   void handle(std::string_view body, std::string_view a2a_version, const std::string &principal,
               ResponseWriter &out, std::string &method, std::string_view last_event_id = {},
               std::optional<StreamPlan> *stream = nullptr, bool *is_stream_method = nullptr,
-              Dialect *dialect_out = nullptr);
+              Dialect *dialect_out = nullptr, const std::optional<std::string> &bound_tenant = std::nullopt);
 
   /// HTTP+JSON: runs `m` with `params` (an object in the JSON-RPC v1.0
   /// params shape, built by the REST router from path, query and body) and

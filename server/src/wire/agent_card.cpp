@@ -324,17 +324,25 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
   if (config.bearer_auth) {
     // One scheme object readable in both versions: v0.3's {"type", "scheme"}
     // and v1.0's oneof member "httpAuthSecurityScheme".
-    const char *about = "Authorization: Bearer <token>; each token maps to a principal who sees only its own Tasks.";
+    const char *about =
+        !config.bearer_jwt ? "Authorization: Bearer <token>; each token maps to a principal who sees only its own Tasks."
+        : config.jwt_only  ? "Authorization: Bearer <JWT> (an OAuth 2 / OpenID Connect access token of the configured "
+                             "issuer); its subject is a principal who sees only its own Tasks."
+                           : "Authorization: Bearer <token or JWT> (a configured token, or an OAuth 2 / OpenID Connect "
+                             "access token of the configured issuer); each maps to a principal who sees only its own "
+                             "Tasks.";
     w.Key("securitySchemes");
     w.StartObject();
     w.Key("bearer");
     w.StartObject();
     put(w, "type", "http");
     put(w, "scheme", "bearer");
+    if (config.bearer_jwt) put(w, "bearerFormat", "JWT");
     put(w, "description", about);
     w.Key("httpAuthSecurityScheme");
     w.StartObject();
     put(w, "scheme", "Bearer");
+    if (config.bearer_jwt) put(w, "bearerFormat", "JWT");
     put(w, "description", about);
     w.EndObject();
     w.EndObject();

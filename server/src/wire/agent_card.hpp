@@ -19,6 +19,10 @@ struct CardConfig {
   std::vector<AgentSkill> skills;
   /// Declares the "bearer" HTTP security scheme and requires it.
   bool bearer_auth = false;
+  /// The bearer scheme takes JWTs (auth.jwt): bearerFormat "JWT".
+  bool bearer_jwt = false;
+  /// Only JWTs (no token file): the scheme's description says so.
+  bool jwt_only = false;
   /// capabilities.pushNotifications.
   bool push_notifications = false;
 };

@@ -40,7 +40,7 @@ TokenAuth::TokenAuth(const std::map<std::string, std::string> &tokens) {
   for (const auto &[token, principal] : tokens) entries_.push_back(Entry{sha256(token), principal});
 }
 
-std::optional<std::string> TokenAuth::authenticate(std::string_view authorization) const {
+std::optional<std::string_view> bearer_credential(std::string_view authorization) {
   while (!authorization.empty() && authorization.front() == ' ') authorization.remove_prefix(1);
   const auto space = authorization.find(' ');
   if (space == std::string_view::npos || !iequals(authorization.substr(0, space), "bearer")) return std::nullopt;
@@ -48,7 +48,13 @@ std::optional<std::string> TokenAuth::authenticate(std::string_view authorizatio
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
   if (token.empty()) return std::nullopt;
-  const auto digest = sha256(token);
+  return token;
+}
+
+std::optional<std::string> TokenAuth::authenticate(std::string_view authorization) const {
+  const std::optional<std::string_view> token = bearer_credential(authorization);
+  if (!token) return std::nullopt;
+  const auto digest = sha256(*token);
   const Entry *match = nullptr;
   for (const Entry &e : entries_) {
     // Constant time: every byte of every entry is looked at.

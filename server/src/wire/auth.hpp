@@ -15,6 +15,11 @@
 
 namespace toolnexus::server_detail {
 
+/// The credential of an Authorization header value "Bearer <credential>"
+/// (scheme case-insensitive, surrounding spaces dropped; RFC 6750 section
+/// 2.1), or nullopt when the value is not that or the credential is empty.
+std::optional<std::string_view> bearer_credential(std::string_view authorization);
+
 /// Maps "Authorization: Bearer <token>" to a principal name. Immutable after
 /// construction; thread-safe.
 class TokenAuth {
