@@ -79,9 +79,9 @@ void check_all(const std::string &sel, int from, int to, uint64_t total) {
 }
 }  // namespace
 
-TEST_CASE("store put of 20,000 JSON lines streams into file: and sqlite:, every Task there") {
+TEST_CASE("store put of 5,000 JSON lines streams into file: and sqlite:, every Task there") {
   const fs::path dir = tnx_test::temp_dir("tnx-put");
-  const int n = 20000;
+  const int n = 5000;  // ten of the CLI's 500-record pages
   const std::string input = lines(0, n);
   for (const std::string &sel : {"file:" + (dir / "f").string(), "sqlite:" + (dir / "t.db").string()}) {
     CAPTURE(sel);
@@ -89,7 +89,7 @@ TEST_CASE("store put of 20,000 JSON lines streams into file: and sqlite:, every 
       const std::string where = sel + (pipe ? "-pipe" : "");
       Run r = run({"store", "put", where}, input, pipe);
       REQUIRE_MESSAGE(r.code == 0, r.err);
-      CHECK(r.out.find("saved 20000 Task(s)") == 0);
+      CHECK(r.out.find("saved 5000 Task(s)") == 0);
       check_all(where, 0, n, n);
     }
   }
@@ -101,31 +101,31 @@ TEST_CASE("sqlite: a bad line or an existing Task in the middle of a streamed pu
   const std::string sel = "sqlite:" + (dir / "t.db").string();
   for (bool pipe : {false, true}) {
     CAPTURE(pipe);
-    // Line 10,001 is not JSON, line 15,002 not a Task: both named, nothing saved.
-    Run r = run({"store", "put", sel}, lines(0, 10000) + "{\"id\": oops\n" + lines(10000, 15000) + "[1]\n" +
-                                           lines(15000, 20000), pipe);
+    // Line 2,501 is not JSON, line 3,752 not a Task: both named, nothing saved.
+    Run r = run({"store", "put", sel}, lines(0, 2500) + "{\"id\": oops\n" + lines(2500, 3750) + "[1]\n" +
+                                           lines(3750, 5000), pipe);
     CHECK(r.code == 2);
-    CHECK_MESSAGE(r.err.find("line 10001: not a valid Task") != std::string::npos, r.err);
-    CHECK_MESSAGE(r.err.find("line 15002: not a valid Task") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("line 2501: not a valid Task") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("line 3752: not a valid Task") != std::string::npos, r.err);
     CHECK_MESSAGE(r.err.find("2 bad line(s); nothing was saved") != std::string::npos, r.err);
     auto s = resolve_store(sel);
     CHECK(s->count(ListQuery{}) == 0);
     s->close();
   }
-  REQUIRE(run({"store", "put", sel}, task_line(12345) + "\n" + task_line(12346) + "\n").code == 0);
-  // Line 12,346 holds a Task that exists: named, and the 12,345 before it are not saved either.
-  Run r = run({"store", "put", sel}, lines(0, 20000), true);
+  REQUIRE(run({"store", "put", sel}, task_line(3345) + "\n" + task_line(3346) + "\n").code == 0);
+  // Line 3,346 holds a Task that exists: named, and the 3,345 before it are not saved either.
+  Run r = run({"store", "put", sel}, lines(0, 5000), true);
   CHECK(r.code == 1);
-  CHECK_MESSAGE(r.err.find("line 12346 (Task 't12345'): a Task with this id exists") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("line 3346 (Task 't3345'): a Task with this id exists") != std::string::npos, r.err);
   CHECK_MESSAGE(r.err.find("nothing was saved (one transaction)") != std::string::npos, r.err);
   auto s = resolve_store(sel);
   CHECK(s->count(ListQuery{}) == 2);
   s->close();
   // --resume skips the two stored as the input has them: all there once.
-  r = run({"store", "put", sel, "--resume"}, lines(0, 20000), true);
+  r = run({"store", "put", sel, "--resume"}, lines(0, 5000), true);
   CHECK_MESSAGE(r.code == 0, r.err);
-  CHECK(r.out == "saved 19998 Task(s) in one transaction, 2 already stored (skipped)\n");
-  check_all(sel, 0, 20000, 20000);
+  CHECK(r.out == "saved 4998 Task(s) in one transaction, 2 already stored (skipped)\n");
+  check_all(sel, 0, 5000, 5000);
   fs::remove_all(dir);
 }
 
@@ -133,40 +133,40 @@ TEST_CASE("file: a put stopped by a bad line says how far it got; run again with
   const fs::path dir = tnx_test::temp_dir("tnx-put");
   const std::string sel = "file:" + (dir / "f").string();
   // From a regular file every line is checked first: nothing saved.
-  Run r = run({"store", "put", sel}, lines(0, 5000) + "not json\n" + lines(5000, 10000));
+  Run r = run({"store", "put", sel}, lines(0, 1500) + "not json\n" + lines(1500, 3000));
   CHECK(r.code == 2);
-  CHECK_MESSAGE(r.err.find("line 5001: not a valid Task") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("line 1501: not a valid Task") != std::string::npos, r.err);
   CHECK_MESSAGE(r.err.find("nothing was saved") != std::string::npos, r.err);
   check_all(sel, 0, 0, 0);
   // Through a pipe, checked as read: the lines before the bad one are saved,
   // and the message says so.
-  r = run({"store", "put", sel}, lines(0, 5000) + "not json\n" + lines(5000, 10000), true);
+  r = run({"store", "put", sel}, lines(0, 1500) + "not json\n" + lines(1500, 3000), true);
   CHECK(r.code == 2);
-  CHECK_MESSAGE(r.err.find("line 5001: not a valid Task") != std::string::npos, r.err);
-  CHECK_MESSAGE(r.err.find("5000 Task(s) saved, every line before line 5001") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("line 1501: not a valid Task") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("1500 Task(s) saved, every line before line 1501") != std::string::npos, r.err);
   CHECK_MESSAGE(r.err.find("--resume") != std::string::npos, r.err);
-  check_all(sel, 0, 5000, 5000);
+  check_all(sel, 0, 1500, 1500);
   // Without --resume the re-run stops at the first stored Task...
-  r = run({"store", "put", sel}, lines(0, 10000), true);
+  r = run({"store", "put", sel}, lines(0, 3000), true);
   CHECK(r.code == 1);
   CHECK_MESSAGE(r.err.find("line 1 (Task 't0'): a Task with this id exists") != std::string::npos, r.err);
   // ...with it, the put finishes.
-  r = run({"store", "put", sel, "--resume"}, lines(0, 10000), true);
+  r = run({"store", "put", sel, "--resume"}, lines(0, 3000), true);
   CHECK_MESSAGE(r.code == 0, r.err);
-  CHECK(r.out == "saved 5000 Task(s) Task by Task (the store has no transactions), 5000 already stored (skipped)\n");
-  check_all(sel, 0, 10000, 10000);
+  CHECK(r.out == "saved 1500 Task(s) Task by Task (the store has no transactions), 1500 already stored (skipped)\n");
+  check_all(sel, 0, 3000, 3000);
   // A stored Task that differs from its line is not skipped: named.
-  r = run({"store", "put", sel, "--resume"}, task_line(3, "failed") + "\n" + task_line(10000) + "\n");
+  r = run({"store", "put", sel, "--resume"}, task_line(3, "failed") + "\n" + task_line(3000) + "\n");
   CHECK(r.code == 1);
   CHECK_MESSAGE(r.err.find("line 1 (Task 't3'): a Task with this id exists") != std::string::npos, r.err);
-  CHECK(run({"store", "check", sel}).out == "10000 sound, 0 bad\n");
+  CHECK(run({"store", "check", sel}).out == "3000 sound, 0 bad\n");
   fs::remove_all(dir);
 }
 
 TEST_CASE("file: a put killed mid-way, run again with --resume, ends with every Task once and sound") {
   const fs::path dir = tnx_test::temp_dir("tnx-put");
   const std::string sel = "file:" + (dir / "f").string();
-  const int n = 30000;
+  const int n = 8000;
   const fs::path input = dir / "in.jsonl";
   tnx_test::spit(input, lines(0, n));
   const pid_t pid = ::fork();
@@ -186,7 +186,7 @@ TEST_CASE("file: a put killed mid-way, run again with --resume, ends with every 
     std::error_code ec;
     for (auto it = fs::directory_iterator(dir / "f", ec); !ec && it != fs::directory_iterator(); it.increment(ec))
       if (it->path().extension() == ".json") ++tasks;
-    if (tasks >= 3000) break;
+    if (tasks >= 1500) break;
     int st = 0;
     if (::waitpid(pid, &st, WNOHANG) == pid) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -220,18 +220,18 @@ TEST_CASE("--running-as imports are known on a re-run: --resume skips them") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("store copy streams 20,000 Tasks page by page: sqlite to file and back, complete") {
+TEST_CASE("store copy streams 5,000 Tasks page by page: sqlite to file and back, complete") {
   const fs::path dir = tnx_test::temp_dir("tnx-put");
   const std::string a = "sqlite:" + (dir / "a.db").string(), f = "file:" + (dir / "f").string(),
                     b = "sqlite:" + (dir / "b.db").string();
-  REQUIRE(run({"store", "put", a}, lines(0, 20000)).code == 0);
+  REQUIRE(run({"store", "put", a}, lines(0, 5000)).code == 0);
   Run r = run({"store", "copy", a, f}, "");
   CHECK_MESSAGE(r.code == 0, r.err);
-  CHECK(r.out == "copied 20000 Task(s), 0 unreadable\n");
+  CHECK(r.out == "copied 5000 Task(s), 0 unreadable\n");
   r = run({"store", "copy", f, b}, "");
   CHECK_MESSAGE(r.code == 0, r.err);
-  CHECK(r.out == "copied 20000 Task(s), 0 unreadable\n");
-  check_all(f, 0, 20000, 20000);
-  check_all(b, 0, 20000, 20000);
+  CHECK(r.out == "copied 5000 Task(s), 0 unreadable\n");
+  check_all(f, 0, 5000, 5000);
+  check_all(b, 0, 5000, 5000);
   fs::remove_all(dir);
 }
