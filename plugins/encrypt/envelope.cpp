@@ -4,11 +4,17 @@
 #include "toolnexus/plugin.hpp"
 
 #include <rapidjson/stringbuffer.h>
+
+#include <array>
+#include <atomic>
 #include <rapidjson/writer.h>
 #include <sodium.h>
 
 #include <cstring>
 #include <ctime>
+#include <mutex>
+
+#include <pthread.h>
 
 namespace toolnexus::encrypt {
 
@@ -45,6 +51,69 @@ std::string aad(std::string_view kid, const IndexFields &f, uint64_t version) {
   return a;
 }
 
+// Random nonces, drawn from a per-thread buffer refilled by
+// randombytes_buf (the kernel's getrandom) 4 KiB at a time: one system call
+// per 170 records instead of one per record. A forked child refills before
+// its first nonce (pthread_atfork bumps the generation), so parent and child
+// never share buffered bytes.
+std::atomic<uint64_t> g_fork_generation{0};
+
+void nonce(unsigned char *out) {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); }); });
+  struct Pool {
+    unsigned char bytes[4096];
+    size_t used = sizeof bytes;
+    uint64_t generation = 0;
+  };
+  thread_local Pool pool;
+  const uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
+  if (pool.used + kNonce > sizeof pool.bytes || pool.generation != gen) {
+    randombytes_buf(pool.bytes, sizeof pool.bytes);
+    pool.used = 0;
+    pool.generation = gen;
+  }
+  std::memcpy(out, pool.bytes + pool.used, kNonce);
+  sodium_memzero(pool.bytes + pool.used, kNonce);
+  pool.used += kNonce;
+}
+
+// Standard base64 (RFC 4648, with padding) into `out`; false on anything
+// else. Not constant-time, on purpose: it decodes ciphertext, which is
+// public (libsodium's constant-time decoder was a fifth of a get's time).
+bool base64_decode(std::string_view in, std::string &out) {
+  static const auto table = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(a[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  if (in.size() % 4 != 0) return false;
+  size_t pad = 0;
+  if (!in.empty() && in.back() == '=') ++pad;
+  if (in.size() > 1 && in[in.size() - 2] == '=') ++pad;
+  out.resize(in.size() / 4 * 3 - pad);
+  size_t o = 0;
+  for (size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    for (int j = 0; j < 4; ++j) {
+      const char c = in[i + j];
+      if (c == '=' && i + 4 == in.size() && j >= 2 && (j == 3 || in[i + 3] == '=')) {
+        v[j] = 0;
+        continue;
+      }
+      v[j] = table[static_cast<unsigned char>(c)];
+      if (v[j] < 0) return false;
+    }
+    const uint32_t n = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    if (o < out.size()) out[o++] = static_cast<char>(n >> 16);
+    if (o < out.size()) out[o++] = static_cast<char>((n >> 8) & 0xff);
+    if (o < out.size()) out[o++] = static_cast<char>(n & 0xff);
+  }
+  return true;
+}
+
 std::string hex(const unsigned char *p, size_t n) {
   static const char *h = "0123456789abcdef";
   std::string s;
@@ -75,7 +144,7 @@ std::string rfc3339(int64_t us) {
 std::string seal(const Key &key, const IndexFields &f, uint64_t version, std::string_view json) {
   std::string box(kNonce + json.size() + kMac, '\0');
   auto *b = reinterpret_cast<unsigned char *>(box.data());
-  randombytes_buf(b, kNonce);
+  nonce(b);
   const std::string ad = aad(key.id, f, version);
   unsigned long long clen = 0;
   crypto_aead_xchacha20poly1305_ietf_encrypt(b + kNonce, &clen, reinterpret_cast<const unsigned char *>(json.data()),
@@ -86,6 +155,7 @@ std::string seal(const Key &key, const IndexFields &f, uint64_t version, std::st
   b64.resize(std::strlen(b64.c_str()));
 
   rapidjson::StringBuffer sb;
+  sb.Reserve(b64.size() + f.id.size() + f.context_id.size() + 192);
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   w.StartObject();
   w.Key("id");
@@ -149,12 +219,10 @@ std::string open(const KeyRing &keys, const IndexFields &f, uint64_t version, co
     throw Error(TNX_EINVAL, "encrypt: key " + quote(s.kid) + " of " + keys.source() +
                                 " is not the key task " + quote(f.id) + " was sealed with (wrong key for id " +
                                 quote(s.kid) + ")");
-  std::string box(s.b64.size(), '\0');
-  size_t blen = 0;
-  if (sodium_base642bin(reinterpret_cast<unsigned char *>(box.data()), box.size(), s.b64.data(), s.b64.size(),
-                        nullptr, &blen, nullptr, sodium_base64_VARIANT_ORIGINAL) != 0 ||
-      blen < kNonce + kMac)
+  std::string box;
+  if (!base64_decode(s.b64, box) || box.size() < kNonce + kMac)
     throw Error(TNX_ECORRUPT, "encrypt: task " + quote(f.id) + " is corrupt: its sealed bytes are not base64 or too short");
+  const size_t blen = box.size();
   const auto *b = reinterpret_cast<const unsigned char *>(box.data());
   std::string plain(blen - kNonce - kMac, '\0');
   const std::string ad = aad(s.kid, f, version);
