@@ -31,6 +31,8 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace toolnexus::encrypt {
 namespace {
@@ -70,15 +72,9 @@ tnx_task_record with_json(const tnx_task_record &r, std::string_view json) {
 class EncryptStore final : public sdk::Store {
  public:
   EncryptStore(const tnx_open_args &args, const sdk::DecoratorLocation &loc)
-      : keys_(KeyRing::load(loc.find("key"), loc.find("env"))), inner_(args, loc.inner, "encrypt") {
-    if (const std::string *p = loc.find("plaintext")) {
-      if (*p != "accept" && *p != "refuse")
-        throw Error(TNX_EINVAL, "encrypt: option plaintext=" + quote(*p) + ": expected accept or refuse");
-      accept_plain_ = *p == "accept";
-    }
-    for (const auto &o : loc.options)
-      if (o.first != "key" && o.first != "env" && o.first != "plaintext")
-        throw Error(TNX_EINVAL, "encrypt: unknown option " + quote(o.first) + " (key, env, plaintext)");
+      : accept_plain_(accept_plaintext(loc)),
+        keys_(KeyRing::load(loc.find("key"), loc.find("env"))),
+        inner_(args, loc.inner, "encrypt") {
     const uint64_t caps = inner_.capabilities();
     bind_version_ = (caps & TNX_CAP_PERSISTENT) != 0;
     keeps_due_ = (caps & TNX_CAP_DUE_INDEX) != 0;
@@ -146,7 +142,76 @@ class EncryptStore final : public sdk::Store {
     }
   }
 
+  // All or none, as the inner store's save_batch: each record sealed for
+  // the version it will get (a later record of an id in the batch follows
+  // the earlier one), then any record the store numbered otherwise sealed
+  // again for the version it got (as save does).
+  void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                  uint64_t *out_versions) override {
+    if (n == 0) {
+      inner_.save_batch(recs, expected, 0, out_versions);  // TNX_EUNSUPPORTED if the inner store has none
+      return;
+    }
+    for (int attempt = 0;; ++attempt) {
+      try {
+        seal_and_save_batch(recs, expected, n, out_versions);
+        return;
+      } catch (const sdk::BatchError &e) {
+        // A record saved without an expected version lost a race between
+        // the read of its version and the batch: read again.
+        if (e.code != TNX_ECONFLICT || e.index >= n || expected[e.index] != TNX_VERSION_ANY || attempt >= 8) throw;
+      }
+    }
+  }
+
   void del(std::string_view id, uint64_t expected) override { inner_.del(id, expected); }
+
+ private:
+  void seal_and_save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                           uint64_t *out_versions) {
+    std::vector<std::string> envs(n);
+    std::vector<tnx_task_record> sealed(n);
+    std::vector<const tnx_task_record *> ptrs(n);
+    std::vector<uint64_t> exp(expected, expected + n), bound(n, 0);
+    std::unordered_map<std::string_view, uint64_t> next;  // id -> the version its next save gets
+    for (uint64_t i = 0; i < n; ++i) {
+      const tnx_task_record &rec = *recs[i];
+      const std::string_view id = view(rec.id);
+      if (bind_version_) {
+        auto it = next.find(id);
+        uint64_t cur = exp[i];
+        if (cur == TNX_VERSION_ANY) {
+          cur = it != next.end() ? it->second - 1 : current_version(id);
+          exp[i] = cur;  // compare-and-set on what was read: no save comes between
+        }
+        bound[i] = cur + 1;
+        next[id] = cur + 2;
+      }
+      envs[i] = seal(keys_.newest(), fields_of(rec), bound[i], view(rec.task_json));
+      sealed[i] = rec;
+      sealed[i].header = tnx_header(sizeof sealed[i]);
+      sealed[i].due_us = sdk::due_of(rec);
+      sealed[i].problem = tnx_str{};
+      sealed[i].task_json = sdk::str(envs[i]);
+      ptrs[i] = &sealed[i];
+    }
+    inner_.save_batch(ptrs.data(), exp.data(), n, out_versions);
+    if (!bind_version_) return;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (out_versions[i] == bound[i]) continue;
+      // Re-sealed only while it is the id's last record of the batch.
+      bool last = true;
+      for (uint64_t j = i + 1; j < n && last; ++j) last = view(recs[j]->id) != view(recs[i]->id);
+      if (!last) continue;
+      try {
+        out_versions[i] = save(*recs[i], out_versions[i]);
+      } catch (const Error &e) {
+        if (e.code != TNX_ECONFLICT) throw;  // a later save replaced it already
+      }
+    }
+  }
+
+ public:
 
   std::string list(const tnx_list_query &q, const sdk::RecordOut &out) override {
     const bool omit = q.omit_json != 0;
@@ -177,6 +242,17 @@ class EncryptStore final : public sdk::Store {
   void close() override { inner_.close(); }
 
  private:
+  // Checks the options (before anything is opened); whether plaintext=accept.
+  static bool accept_plaintext(const sdk::DecoratorLocation &loc) {
+    for (const auto &o : loc.options)
+      if (o.first != "key" && o.first != "env" && o.first != "plaintext")
+        throw Error(TNX_EINVAL, "encrypt: unknown option " + quote(o.first) + " (key, env, plaintext)");
+    const std::string *p = loc.find("plaintext");
+    if (p != nullptr && *p != "accept" && *p != "refuse")
+      throw Error(TNX_EINVAL, "encrypt: option plaintext=" + quote(*p) + ": expected accept or refuse");
+    return p != nullptr && *p == "accept";
+  }
+
   std::string unseal(const tnx_task_record &r) const {
     const std::string_view stored = view(r.task_json);
     Sealed s;
@@ -230,9 +306,9 @@ class EncryptStore final : public sdk::Store {
     if (!error.empty()) throw Error(TNX_EINVAL, error);
   }
 
+  const bool accept_plain_;
   KeyRing keys_;
   sdk::InnerStore inner_;
-  bool accept_plain_ = false;
   bool bind_version_ = true;
   bool keeps_due_ = false;
 };

@@ -149,6 +149,19 @@ class InnerStore {
     return v;
   }
 
+  /// Saves recs[0..n) all or none (the inner save_batch; ABI 1.3), each
+  /// new version into out_versions[i]. Throws BatchError naming the record
+  /// that failed (index n: the whole), Error(TNX_EUNSUPPORTED) when the
+  /// inner store saves no batches.
+  void save_batch(const tnx_task_record *const *recs, const uint64_t *expected, uint64_t n,
+                  uint64_t *out_versions) {
+    uint64_t failed = n;
+    char err[1024] = {0};
+    const tnx_status rc = vt_->save_batch(h_, recs, expected, n, out_versions, &failed, err, sizeof err);
+    if (rc != TNX_OK)
+      throw BatchError(failed, rc, err[0] != '\0' ? std::string(err) : std::string(tnx_strerror(rc)));
+  }
+
   /// Deletes `id` (compare-and-set `expected`).
   void del(std::string_view id, uint64_t expected) {
     char err[1024] = {0};
