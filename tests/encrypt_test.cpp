@@ -263,3 +263,31 @@ TEST_CASE("selector errors name the decorator and what is wrong") {
   CHECK(error("encrypt:env=TNX_ENC_TEST_KEY;nosuch:x").find("no plugin serves 'nosuch'") != std::string::npos);
   CHECK(error("encrypt:env=TNX_NO_SUCH_VAR_23;memory:").find("'TNX_NO_SUCH_VAR_23' is not set") != std::string::npos);
 }
+
+TEST_CASE("decorators nest, up to a limit, and keep only the capabilities of both layers") {
+  setenv("TNX_ENC_TEST_KEY", kKeyA, 1);
+  setenv("TNX_ENC_TEST_KEY2", kKey2, 1);
+  auto twice = open("encrypt:env=TNX_ENC_TEST_KEY;encrypt:env=TNX_ENC_TEST_KEY2;memory:");
+  twice->save(task("n1", "working", 1));
+  auto r = twice->get("n1");
+  REQUIRE(r.has_value());
+  CHECK(r->json.find(kSecretText) != std::string::npos);
+  // Over memory: not persistent, not durable, as memory; over sqlite: as sqlite.
+  const uint64_t mem = open("memory:")->info().capabilities;
+  CHECK(twice->info().capabilities == mem);
+  CHECK((mem & TNX_CAP_PERSISTENT) == 0);
+  const fs::path dir = tnx_test::temp_dir("tnx-enc");
+  const std::string db = "sqlite:" + (dir / "t.db").string();
+  CHECK(open("encrypt:env=TNX_ENC_TEST_KEY;" + db)->info().capabilities == open(db)->info().capabilities);
+  fs::remove_all(dir);
+  std::string deep = "memory:";
+  for (int i = 0; i < 9; ++i) deep = "encrypt:env=K;" + deep;
+  setenv("K", kKeyA, 1);
+  try {
+    open(deep);
+    FAIL("9 nested decorators must be refused");
+  } catch (const std::invalid_argument &e) {
+    const std::string m = e.what();
+    CHECK_MESSAGE(m.find("more than 8 decorators") != std::string::npos, m);
+  }
+}

@@ -13,7 +13,7 @@
 namespace toolnexus::detail {
 namespace {
 
-constexpr uint32_t kErrCap = 1024;
+constexpr uint32_t kErrCap = 4096;  // room for the messages of nested decorators
 
 tnx_str cstr(std::string_view s) noexcept { return tnx_str{s.data(), s.size()}; }
 std::string_view sv(tnx_str s) noexcept {

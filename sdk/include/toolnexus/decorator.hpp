@@ -108,7 +108,7 @@ class InnerStore {
                                           "services (open_inner); this host speaks ABI " +
                                           std::to_string(args.header.abi_major) + "." +
                                           std::to_string(args.header.abi_minor) + " and offers none");
-    char err[1024] = {0};
+    char err[4096] = {0};  // room for the messages of nested decorators
     const tnx_status rc = sv->open_inner(sv->host_ctx, str(selector), open_flags(args), &vt_, &h_, &caps_,
                                          err, sizeof err);
     if (rc != TNX_OK || vt_ == nullptr || h_ == nullptr) {
