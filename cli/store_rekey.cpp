@@ -4,7 +4,8 @@
 // Each Task is saved with compare-and-set on the version just read, with its
 // owner, tenant and due time, so a server running on the store loses
 // nothing (a Task it changed meanwhile was written with the newest key
-// already). Resumable: with --checkpoint FILE the list cursor after each
+// already); a page at a time in one transaction where the store has
+// batches (sqlite:, postgresql:), Task by Task otherwise. Resumable: with --checkpoint FILE the list cursor after each
 // finished page is kept in FILE (written atomically), and a run killed
 // halfway and started again goes on from there; FILE is removed at the end.
 #include "store_common.hpp"
@@ -17,6 +18,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -119,28 +121,51 @@ int run_rekey(int argc, char **argv) {
     resolve_store(selector, OpenOptions{true})->close();
     auto store = resolve_store(selector);
     const uint64_t total = store->count(ListQuery{});
+    bool batch = true;
     do {
       ListQuery q;
       q.page_size = page;
       q.cursor = cursor;
       const ListPage p = store->list(q);
+      std::vector<Task> tasks;
+      std::vector<BatchItem> items;
+      tasks.reserve(p.records.size());
       for (const TaskRecord &r : p.records) {
-        SaveOptions o;
-        o.expected_version = r.version;
-        o.owner = r.owner;
-        o.tenant = r.tenant;
-        o.due_us = r.due_us;
+        tasks.push_back(Task::parse_stored(r.json));
+        BatchItem it;
+        it.options.expected_version = r.version;
+        it.options.owner = r.owner;
+        it.options.tenant = r.tenant;
+        it.options.due_us = r.due_us;
+        items.push_back(std::move(it));
+      }
+      for (size_t i = 0; i < items.size(); ++i) items[i].task = &tasks[i];
+      // A page in one transaction where the store has them (one commit per
+      // page, not per Task); Task by Task when it has none, or when a Task
+      // of the page changed meanwhile (the batch then wrote nothing).
+      bool done_page = false;
+      if (batch && !items.empty()) {
         try {
-          store->save(Task::parse_stored(r.json), o);
+          store->save_batch(items);
+          saved += items.size();
+          done_page = true;
+        } catch (const StoreError &e) {
+          if (e.code() == Status::unsupported) batch = false;
+          else if (e.code() != Status::conflict && e.code() != Status::not_found) throw;
+        }
+      }
+      for (size_t i = 0; !done_page && i < items.size(); ++i) {
+        try {
+          store->save(tasks[i], items[i].options);
           ++saved;
         } catch (const StoreError &e) {
           if (e.code() != Status::conflict && e.code() != Status::not_found) throw;
           ++skipped;  // changed or deleted meanwhile: written anew already
         }
-        if (Clock::now() - last >= std::chrono::seconds(1)) {
-          last = Clock::now();
-          std::cerr << "rekey: " << before + saved + skipped << " of " << total << " Task(s)" << std::endl;
-        }
+      }
+      if (Clock::now() - last >= std::chrono::seconds(1)) {
+        last = Clock::now();
+        std::cerr << "rekey: " << before + saved + skipped << " of " << total << " Task(s)" << std::endl;
       }
       cursor = p.next_cursor;
       if (!checkpoint.empty() && !cursor.empty()) write_checkpoint(checkpoint, cursor, before + saved + skipped);

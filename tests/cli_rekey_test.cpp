@@ -70,7 +70,7 @@ TEST_CASE("a rekey killed halfway and run again completes; every Task then opens
   const fs::path dir = tnx_test::temp_dir("tnx-rekey");
   const std::string sel = "encrypt:env=TNX_REKEY_KEYS;sqlite:" + (dir / "tasks.db").string() + "?synchronous=normal";
   const fs::path checkpoint = dir / "rekey.checkpoint", out = dir / "out";
-  constexpr int kTasks = 2000;
+  constexpr int kTasks = 1000;
   setenv("TNX_REKEY_KEYS", kOld, 1);
   {
     auto s = resolve_store(sel);
@@ -78,7 +78,7 @@ TEST_CASE("a rekey killed halfway and run again completes; every Task then opens
   }
   // Both keys, the new one last (newest): the rekey writes with k2.
   setenv("TNX_REKEY_KEYS", (std::string(kOld) + "\n" + kNew).c_str(), 1);
-  const pid_t pid = spawn({"store", "rekey", sel, "--checkpoint", checkpoint.string(), "--page", "20"}, out);
+  const pid_t pid = spawn({"store", "rekey", sel, "--checkpoint", checkpoint.string(), "--page", "2"}, out);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -99,7 +99,7 @@ TEST_CASE("a rekey killed halfway and run again completes; every Task then opens
   CHECK_FALSE(all_new);
 
   setenv("TNX_REKEY_KEYS", (std::string(kOld) + "\n" + kNew).c_str(), 1);
-  const pid_t again = spawn({"store", "rekey", sel, "--checkpoint", checkpoint.string(), "--page", "20"}, out);
+  const pid_t again = spawn({"store", "rekey", sel, "--checkpoint", checkpoint.string(), "--page", "2"}, out);
   CHECK(wait_exit(again) == 0);
   const std::string said = tnx_test::slurp(out);
   CHECK_MESSAGE(said.find("resuming after") != std::string::npos, said);
