@@ -134,13 +134,13 @@ int main(int argc, char **argv) {
     if (run(bin + " store rekey 'encrypt:env=TNX_BENCH_KEY,plaintext=accept;sqlite:" + db + "' 2>/dev/null") != 0)
       return 1;
     double t = secs(t0);
-    std::printf("rekey: unsealed -> k1 (store rekey, durable saves): %d Tasks in %.1f s (%.0f Tasks/s)\n", rekey_n, t,
+    std::printf("rekey: unsealed -> k1 (store rekey: pages of 200, one transaction each): %d Tasks in %.1f s (%.0f Tasks/s)\n", rekey_n, t,
                 rekey_n / t);
     setenv("TNX_BENCH_KEY", (std::string(kKey1) + "\n" + kKey2).c_str(), 1);
     t0 = Clock::now();
     if (run(bin + " store rekey 'encrypt:env=TNX_BENCH_KEY;sqlite:" + db + "' 2>/dev/null") != 0) return 1;
     t = secs(t0);
-    std::printf("rekey: k1 -> k2 (store rekey, durable saves): %d Tasks in %.1f s (%.0f Tasks/s)\n", rekey_n, t,
+    std::printf("rekey: k1 -> k2 (store rekey: pages of 200, one transaction each): %d Tasks in %.1f s (%.0f Tasks/s)\n", rekey_n, t,
                 rekey_n / t);
   }
   fs::remove_all(dir);
