@@ -64,6 +64,9 @@ const char *kHelp =
     "  gc [SELECTOR] [--config F] [--older-than D] [--state S]... [--dry-run]\n"
     "                             delete Tasks past their retention, expire waiting ones\n"
     "                             (see `toolnexus store gc --help`)\n"
+    "  rekey SELECTOR [--checkpoint FILE]\n"
+    "                             re-save every Task, so an encrypt: store seals each with its\n"
+    "                             newest key (see `toolnexus store rekey --help`)\n"
     "  Exit 2 on any other error (bad selector, store unusable, usage).\n"
     "  SELECTOR: memory | file:<dir> | sqlite:<path> | <scheme>:<location> (see `toolnexus plugins`)\n"
     "  --allow-insecure-plugins: load plugins from group/other-writable or foreign-owned\n"
@@ -639,6 +642,7 @@ using namespace store_detail;
 int run_store(int argc, char **argv) {
   // gc has repeatable options of its own (--state, --retention).
   if (argc >= 2 && std::string(argv[1]) == "gc") return run_gc(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "rekey") return run_rekey(argc - 1, argv + 1);
   Options o(argc, argv, {"--json", "--force", "--resume"},
             {"--context-id", "--state", "--owner", "--tenant", "--limit", "--expect-version", "--running-as"});
   if (o.help) {

@@ -51,6 +51,10 @@ int put_lines(const Options &o, LineReader &in);
 /// `store gc ...` (store_gc.cpp): argv[0] is "gc". Returns the exit code.
 int run_gc(int argc, char **argv);
 
+/// `store rekey ...` (store_rekey.cpp): argv[0] is "rekey". Returns the
+/// exit code.
+int run_rekey(int argc, char **argv);
+
 }  // namespace toolnexus::cli::store_detail
 
 #endif  // TOOLNEXUS_CLI_STORE_COMMON_HPP

@@ -660,6 +660,15 @@ void read_only_plugin_rule(const StoreFactory &fresh) {
   char err[1024] = {0};
   const tnx_status rc = d->open(&a, &raw, err, sizeof err);
   std::string problem;
+  if (rc == TNX_EUNSUPPORTED && d->header.abi_minor >= 6 && location.find(';') != std::string::npos) {
+    // A decorator (ABI 1.6) needs the host services this direct call does
+    // not offer: refusing cleanly is what it must do. Its read-only opens
+    // are checked through the host (read-only-open), its inner plugin's
+    // by this rule in that plugin's own run.
+    ::dlclose(lib);
+    throw Skipped(std::string("a decorator (ABI 1.6): without host services it refuses the open cleanly (") + err +
+                  ")");
+  }
   if (rc != TNX_OK) {
     problem = std::string("a read-only open of the saved location failed: ") + tnx_err_name(rc) + " " + err;
   } else {

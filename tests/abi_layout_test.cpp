@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-extern "C" void tnx_test_c_layout(size_t out[8]);
+extern "C" void tnx_test_c_layout(size_t out[9]);
 
 // x86_64 / LP64 layout of ABI 1.0, frozen. A failure here means a change
 // broke every plugin ever built.
@@ -56,7 +56,13 @@ static_assert(sizeof(void *) != 8 || sizeof(tnx_host_info) == 24);
 // ABI 1.2 appended flags, reserved0 and capabilities; 1.1's ended at 56.
 static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, flags) == 56);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, capabilities) == 64);
-static_assert(sizeof(void *) != 8 || sizeof(tnx_open_args) == 72);
+// ABI 1.6 appended services; 1.2..1.5's open args ended at 72.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_open_args, services) == 72);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_open_args) == 80);
+// ABI 1.6's tnx_host_services.
+static_assert(sizeof(void *) != 8 || offsetof(tnx_host_services, host_ctx) == 8);
+static_assert(sizeof(void *) != 8 || offsetof(tnx_host_services, open_inner) == 16);
+static_assert(sizeof(void *) != 8 || sizeof(tnx_host_services) == 24);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, name) == 8);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, capabilities) == 40);
 static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, vtable) == 56);
@@ -65,7 +71,7 @@ static_assert(sizeof(void *) != 8 || offsetof(tnx_plugin_descriptor, location_sy
 static_assert(sizeof(void *) != 8 || sizeof(tnx_plugin_descriptor) == 72);
 
 TEST_CASE("C and C++ agree on every struct's size") {
-  size_t c[8];
+  size_t c[9];
   tnx_test_c_layout(c);
   CHECK(c[0] == sizeof(tnx_str));
   CHECK(c[1] == sizeof(tnx_task_record));
@@ -75,6 +81,7 @@ TEST_CASE("C and C++ agree on every struct's size") {
   CHECK(c[5] == sizeof(tnx_open_args));
   CHECK(c[6] == sizeof(tnx_plugin_descriptor));
   CHECK(c[7] == sizeof(tnx_change));
+  CHECK(c[8] == sizeof(tnx_host_services));
 }
 
 TEST_CASE("status names and messages cover the closed set") {
@@ -103,6 +110,15 @@ TEST_CASE("tnx_set_error truncates and always terminates") {
   char one[1] = {'Z'};
   tnx_set_error(one, 1, "x");
   CHECK(one[0] == '\0');
+}
+
+TEST_CASE("a 1.5 host's open args carry no services (a decorator must not read past them)") {
+  tnx_open_args a{};
+  a.header = tnx_header(offsetof(tnx_open_args, services));  // as a 1.2..1.5 host wrote it
+  CHECK(TNX_HAS_FIELD(&a, tnx_open_args, capabilities));
+  CHECK_FALSE(TNX_HAS_FIELD(&a, tnx_open_args, services));
+  a.header = tnx_header(sizeof a);
+  CHECK(TNX_HAS_FIELD(&a, tnx_open_args, services));
 }
 
 TEST_CASE("TNX_HAS_FIELD never reaches past a smaller struct") {

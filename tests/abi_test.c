@@ -8,7 +8,7 @@ _Static_assert(offsetof(tnx_task_record, id) == 8, "fields follow the header");
 _Static_assert(TNX_OK == 0 && TNX_EINTERNAL == -7, "status codes are fixed");
 
 /* Sizes of every ABI struct as a C compiler lays them out. */
-void tnx_test_c_layout(size_t out[8]) {
+void tnx_test_c_layout(size_t out[9]) {
   out[0] = sizeof(tnx_str);
   out[1] = sizeof(tnx_task_record);
   out[2] = sizeof(tnx_list_query);
@@ -17,4 +17,5 @@ void tnx_test_c_layout(size_t out[8]) {
   out[5] = sizeof(tnx_open_args);
   out[6] = sizeof(tnx_plugin_descriptor);
   out[7] = sizeof(tnx_change);
+  out[8] = sizeof(tnx_host_services);
 }

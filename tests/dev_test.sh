@@ -60,7 +60,7 @@ run_dev() { # ARGS...
 }
 installs() { sed -n 's/^apt-get install -y -q --no-install-recommends //p' "$log"; }
 
-serve_pkgs="g++ cmake ninja-build pkg-config libisal-dev libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev curl"
+serve_pkgs="g++ cmake ninja-build pkg-config libisal-dev libsodium-dev libboost-dev libpoco-dev rapidjson-dev libsqlite3-dev libpq-dev curl"
 test_pkgs="binutils doctest-dev sqlite3 postgresql python3 chromium python3-prometheus-client"
 
 # 1. serve on a fresh machine.

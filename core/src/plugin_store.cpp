@@ -13,7 +13,7 @@
 namespace toolnexus::detail {
 namespace {
 
-constexpr uint32_t kErrCap = 1024;
+constexpr uint32_t kErrCap = 4096;  // room for the messages of nested decorators
 
 tnx_str cstr(std::string_view s) noexcept { return tnx_str{s.data(), s.size()}; }
 std::string_view sv(tnx_str s) noexcept {
@@ -492,22 +492,27 @@ class PluginStore final : public TaskStore {
 
 }  // namespace
 
-std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugin,
-                                             std::string_view scheme, std::string_view location,
-                                             std::string_view selector, const std::string &display,
-                                             const OpenOptions &options) {
+RawStore open_raw(const ResolvedSelector &r, std::string_view selector, uint32_t flags,
+                  const SelectorResolver &resolver, int depth) {
+  const std::shared_ptr<LoadedPlugin> &plugin = r.plugin;
   const uint64_t declared = plugin->descriptor->capabilities;
   uint64_t caps = declared;
+  ServicesCtx sctx;
+  sctx.resolver = &resolver;
+  sctx.depth = depth;
+  const tnx_host_services services = make_services(sctx);
   tnx_open_args args{};
   args.header = tnx_header(sizeof args);
-  args.scheme = cstr(scheme);
-  args.location = cstr(location);
+  args.scheme = cstr(r.scheme);
+  args.location = cstr(r.location);
   args.selector = cstr(selector);
-  args.flags = options.read_only ? TNX_OPEN_READ_ONLY : 0u;
+  args.flags = flags;
   args.capabilities = &caps;
+  args.services = &services;
   tnx_store *handle = nullptr;
   char err[kErrCap] = {0};
   tnx_status rc = plugin->descriptor->open(&args, &handle, err, kErrCap);
+  const std::string &display = r.display;
   if (rc != TNX_OK || handle == nullptr) {
     std::string msg = "cannot open store " + display + " with plugin " + plugin->info.name + " (" +
                       plugin->info.path + "): " +
@@ -527,8 +532,15 @@ std::shared_ptr<TaskStore> open_plugin_store(std::shared_ptr<LoadedPlugin> plugi
                          " claimed capabilities its descriptor lacks (" +
                          capability_names(caps & ~declared) + ")");
   }
-  return std::make_shared<PluginStore>(std::move(plugin), handle, std::string(scheme), display,
-                                       caps, options.read_only);
+  // A decorated store keeps only what both layers keep (ABI 1.6).
+  return RawStore{handle, caps & sctx.inner_caps};
+}
+
+std::shared_ptr<TaskStore> open_plugin_store(const ResolvedSelector &r, std::string_view selector,
+                                             const OpenOptions &options, const SelectorResolver &resolver) {
+  const RawStore raw = open_raw(r, selector, options.read_only ? TNX_OPEN_READ_ONLY : 0u, resolver, 0);
+  return std::make_shared<PluginStore>(r.plugin, raw.handle, r.scheme, r.display, raw.capabilities,
+                                       options.read_only);
 }
 
 }  // namespace toolnexus::detail

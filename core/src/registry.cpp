@@ -235,6 +235,10 @@ struct PluginRegistry::Impl {
   std::map<std::string, std::shared_ptr<LoadedPlugin>, std::less<>> by_scheme;
   std::shared_ptr<LoadedPlugin> embedded_memory;
 
+  // The plugin serving `selector`'s scheme, loading plugins as needed;
+  // throws std::invalid_argument naming the selector (password masked).
+  detail::ResolvedSelector resolve(std::string_view selector);
+
   void fail(const std::string &path, const std::string &reason, bool directory = false) {
     failures.push_back({path, reason, directory});
   }
@@ -510,7 +514,7 @@ std::vector<std::string> PluginRegistry::schemes() const {
   return out;
 }
 
-std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector, const OpenOptions &options) {
+detail::ResolvedSelector PluginRegistry::Impl::resolve(std::string_view selector) {
   const std::string shown = redact(selector);
   size_t colon = selector.find(':');
   std::string_view scheme = colon == std::string_view::npos ? selector : selector.substr(0, colon);
@@ -518,15 +522,15 @@ std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector, const
   std::shared_ptr<LoadedPlugin> plugin;
   std::string available;
   {
-    std::lock_guard lock(impl_->mu);
+    std::lock_guard lock(mu);
     const bool valid = colon != std::string_view::npos && valid_scheme(scheme);
-    impl_->load_locked(valid ? scheme : std::string_view());
+    load_locked(valid ? scheme : std::string_view());
     if (valid) {
-      auto it = impl_->by_scheme.find(scheme);
-      if (it != impl_->by_scheme.end()) plugin = it->second;
+      auto it = by_scheme.find(scheme);
+      if (it != by_scheme.end()) plugin = it->second;
     }
     if (!plugin) {
-      for (const auto &kv : impl_->by_scheme) {
+      for (const auto &kv : by_scheme) {
         if (!available.empty()) available += ", ";
         available += kv.first;
       }
@@ -542,7 +546,14 @@ std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector, const
              "'; add its directory with --plugin-dir or " + kPluginPathEnv + ")";
     throw std::invalid_argument(msg);
   }
-  return detail::open_plugin_store(std::move(plugin), scheme, location, selector, shown, options);
+  return detail::ResolvedSelector{std::move(plugin), std::string(scheme), std::string(location), shown};
+}
+
+std::shared_ptr<TaskStore> PluginRegistry::open(std::string_view selector, const OpenOptions &options) {
+  // Decorators (ABI 1.6) open their inner stores through this registry.
+  Impl *impl = impl_.get();
+  const detail::SelectorResolver resolver = [impl](std::string_view s) { return impl->resolve(s); };
+  return detail::open_plugin_store(impl->resolve(selector), selector, options, resolver);
 }
 
 std::shared_ptr<TaskStore> resolve_store() { return resolve_store(std::string_view("memory")); }

@@ -1,6 +1,6 @@
 /*
  * toolnexus/task_store.h: the C ABI between a toolnexus host and a Task
- * storage plugin. ABI version 1.5.
+ * storage plugin. ABI version 1.6.
  *
  * This is the only header a plugin needs. It is C11 (and compiles as C++).
  *
@@ -86,8 +86,10 @@ extern "C" {
  *  (due_us, id) ascending, with a keyset cursor on that key (see
  *  due_before_us); development builds of 1.5 before issue 21's due order
  *  listed it in the list order, which a host that pages until the cursor
- *  ends reads correctly too. */
-#define TNX_ABI_MINOR 5
+ *  ends reads correctly too.
+ *  1.6: decorators: tnx_open_args.services (tnx_host_services, whose
+ *  open_inner opens the store a decorator plugin wraps). */
+#define TNX_ABI_MINOR 6
 
 /** Name of the one exported entry function, for dlsym()/Boost.DLL. */
 #define TNX_PLUGIN_ENTRY_NAME "toolnexus_plugin_entry"
@@ -735,6 +737,50 @@ typedef struct tnx_host_info {
   const char *host_version;
 } tnx_host_info;
 
+/**
+ * ABI 1.6: what the host offers a plugin during open (tnx_open_args.services).
+ * A decorator plugin (a store that wraps another store, like an SQLite VFS
+ * shim: `encrypt:key=/etc/tnx/key;sqlite:/var/lib/tnx/tasks.db`) is built
+ * against this header only: it asks the host to open the inner store.
+ *
+ * Lifetime: the table and host_ctx are valid during the open call only. A
+ * store opened by open_inner is valid until the decorator calls close on it
+ * (through the vtable open_inner returned), which it must do exactly once,
+ * from its own close (or on its own failed open).
+ */
+typedef struct tnx_host_services {
+  tnx_abi_header header;
+  /** The host's, passed back to every function of this table. */
+  void *host_ctx;
+  /**
+   * open_inner: opens the store `selector` names (any selector the host
+   * accepts, itself possibly a decorator: "faults:rate=0.1;sqlite:/x.db"),
+   * with the TNX_OPEN_* `flags` (pass the decorator's own: a read-only
+   * decorator opens its inner store read-only).
+   * On TNX_OK: *out_vtable is a vtable of the current ABI whose every
+   * function pointer is set (a function the inner plugin lacks returns
+   * TNX_EUNSUPPORTED; watch is TNX_EUNSUPPORTED unless the inner store's
+   * capabilities include TNX_CAP_CHANGE_FEED); *out_store the store to
+   * pass to it; *out_capabilities (may be NULL) the inner store's
+   * TNX_CAP_* bits. The host calls that vtable's functions under the inner
+   * plugin's own threading rule (it serialises them when the inner store
+   * lacks TNX_CAP_THREAD_SAFE), and records of the inner plugin reach the
+   * decorator's sinks as that plugin wrote them: read fields newer than
+   * ABI 1.0 with TNX_HAS_FIELD.
+   * Capabilities: after the decorator's open returns, the host keeps of the
+   * decorator's capabilities only those every inner store it opened has
+   * too (a decorated store keeps what both layers keep).
+   * Failures: the inner open's status (TNX_EINVAL for a selector no plugin
+   * serves or one nested too deep, ...), with a message naming the inner
+   * selector (passwords masked). Nothing is to be closed then.
+   * Thread-safe; may be called several times during one open (a decorator
+   * over two stores).
+   */
+  tnx_status (*open_inner)(void *host_ctx, tnx_str selector, uint32_t flags,
+                           const tnx_store_vtable **out_vtable, tnx_store **out_store,
+                           uint64_t *out_capabilities, char *err, uint32_t err_cap);
+} tnx_host_services;
+
 /** Arguments of open(). */
 typedef struct tnx_open_args {
   tnx_abi_header header;
@@ -762,6 +808,15 @@ typedef struct tnx_open_args {
    *  synchronous=off). Setting a bit the descriptor lacks is an ABI error.
    *  Borrowed for the duration of the call. */
   uint64_t *capabilities;
+
+  /* ---- ABI 1.6: read only when TNX_HAS_FIELD(args, tnx_open_args, m);
+   *      a host of ABI 1.0..1.5 did not send it (treat as NULL) ---- */
+
+  /** What the host offers during this open (see tnx_host_services), or
+   *  NULL. A decorator plugin that finds it missing (an older host) fails
+   *  its open with TNX_EUNSUPPORTED and a message saying it needs a host of
+   *  ABI 1.6 with host services, never crashes. Borrowed for the call. */
+  const tnx_host_services *services;
 } tnx_open_args;
 
 /** open flag: the host will only call get, list and close on this store
