@@ -257,12 +257,16 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     try {
       snap.version = store_->save(snap.task, so);
     } catch (const StoreError &e) {
+      // A lost answer of a save that was made: the Task is stored, run it
+      // (a retry of this message would otherwise find it never run).
+      if (e.code() != Status::conflict && saved_anyway(id, snap, so.expected_version)) goto saved;
       if (e.code() != Status::conflict || !idem.enabled) throw;
       // The id is taken: the first send of this message made it.
       if (retry != nullptr) *retry = true;
       return created_before(id, message_id, digest, owner, tenant, hold);
     }
   }
+saved:
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
   auto active = register_active(id, now);
   if (defer_save) {
