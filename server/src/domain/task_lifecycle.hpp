@@ -443,6 +443,9 @@ class TaskLifecycle {
   std::shared_ptr<ActiveTask> register_active(const std::string &id, int64_t lease_written_us);
   void unregister_active(const std::string &id, const std::shared_ptr<ActiveTask> &which);
   bool is_active(const std::string &id);
+  /// Registers `id` as running here unless it already is (atomically);
+  /// null when it was. For a Task of ours found idle (created_before).
+  std::shared_ptr<ActiveTask> adopt_if_idle(const std::string &id);
   void signal_cancel(const std::string &id);
   void admit();
   void enqueue(WorkItem item);

@@ -473,7 +473,16 @@ void TaskLifecycle::save_working(const std::string &id, const std::shared_ptr<Ac
 
 bool TaskLifecycle::saved_anyway(std::string_view id, Snapshot &snap, uint64_t expected) noexcept {
   try {
-    std::optional<TaskRecord> rec = store_->get(id);
+    std::optional<TaskRecord> rec;
+    for (int attempt = 0;; ++attempt) {  // the read may fail as the save did: a few tries, bounded
+      try {
+        rec = store_->get(id);
+        break;
+      } catch (const StoreError &) {
+        if (attempt == 2) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 << (2 * attempt)));  // 10, 40 ms
+      }
+    }
     if (!rec || (expected != kAnyVersion && rec->version != expected + 1)) return false;
     if (rec->json != snap.task.to_json()) return false;
     snap.version = rec->version;
