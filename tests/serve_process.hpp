@@ -73,6 +73,14 @@ class ServeProcess {
     return m[1];
   }
 
+  /// Waits for it to exit by itself (e.g. a crash); returns the wait status.
+  int wait() {
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return st;
+  }
+
   /// SIGTERM, then waits; returns the wait status.
   int stop() {
     ::kill(pid_, SIGTERM);

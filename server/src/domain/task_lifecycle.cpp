@@ -189,6 +189,15 @@ void TaskLifecycle::unregister_active(const std::string &id, const std::shared_p
   if (it != active_.end() && it->second == which) active_.erase(it);
 }
 
+std::shared_ptr<TaskLifecycle::ActiveTask> TaskLifecycle::adopt_if_idle(const std::string &id) {
+  std::lock_guard<std::mutex> lock(active_mu_);
+  if (active_.count(id) != 0) return nullptr;
+  auto a = std::make_shared<ActiveTask>();
+  a->lease_written_us = 0;  // renewed at the renewer's next pass
+  active_[id] = a;
+  return a;
+}
+
 bool TaskLifecycle::is_active(const std::string &id) {
   std::lock_guard<std::mutex> lock(active_mu_);
   return active_.count(id) != 0;
@@ -257,12 +266,16 @@ Task TaskLifecycle::create(const rapidjson::Value &message, const std::string &o
     try {
       snap.version = store_->save(snap.task, so);
     } catch (const StoreError &e) {
+      // A lost answer of a save that was made: the Task is stored, run it
+      // (a retry of this message would otherwise find it never run).
+      if (e.code() != Status::conflict && saved_anyway(id, snap, so.expected_version)) goto saved;
       if (e.code() != Status::conflict || !idem.enabled) throw;
       // The id is taken: the first send of this message made it.
       if (retry != nullptr) *retry = true;
       return created_before(id, message_id, digest, owner, tenant, hold);
     }
   }
+saved:
   if (hold != nullptr) *hold = watch_.hold(id, std::make_shared<const Snapshot>(snap));
   auto active = register_active(id, now);
   if (defer_save) {
@@ -297,6 +310,16 @@ Task TaskLifecycle::created_before(const std::string &id, const std::string &mes
                         str(find((*history)[0], "messageId")) == message_id &&
                         message_digest((*history)[0]) == digest;
       if (!same) throw LifecycleError(LifecycleErrc::message_reused, reused_message_text(message_id));
+    }
+  }
+  // Saved by this server but never run: the save's answer was lost and the
+  // check after it failed too, so the send that made it was answered an
+  // error. It is ours (our lease) and idle here: run it now, so that this
+  // retry gets its outcome instead of waiting for the lease to expire.
+  if (snap->task.state() == ts::kSubmitted && read_lease(snap->task).instance == options_.instance_id) {
+    if (auto active = adopt_if_idle(id)) {
+      log_.warn("Task " + in_quotes(id) + ": saved by this server but never run (a lost save answer); running it");
+      run_or_enqueue(WorkItem{id, std::move(active), *snap}, false);
     }
   }
   h->offer(snap);

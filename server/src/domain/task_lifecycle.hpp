@@ -432,10 +432,20 @@ class TaskLifecycle {
 
   template <class Decide>
   UpdateResult update(std::string_view id, Decide &&decide, std::optional<Snapshot> known = std::nullopt);
+  /// After a save of `snap` (compare-and-set on `expected`, or kAnyVersion)
+  /// failed with an error that does not say whether it was applied (I/O, a
+  /// lost connection): reads the record, and when it holds exactly
+  /// snap.task's JSON at version expected + 1 (any version for kAnyVersion),
+  /// sets snap.version and returns true: the save was applied. False when
+  /// it was not, or the read fails too. Never throws.
+  bool saved_anyway(std::string_view id, Snapshot &snap, uint64_t expected) noexcept;
 
   std::shared_ptr<ActiveTask> register_active(const std::string &id, int64_t lease_written_us);
   void unregister_active(const std::string &id, const std::shared_ptr<ActiveTask> &which);
   bool is_active(const std::string &id);
+  /// Registers `id` as running here unless it already is (atomically);
+  /// null when it was. For a Task of ours found idle (created_before).
+  std::shared_ptr<ActiveTask> adopt_if_idle(const std::string &id);
   void signal_cancel(const std::string &id);
   void admit();
   void enqueue(WorkItem item);

@@ -97,8 +97,16 @@ TaskLifecycle::UpdateResult TaskLifecycle::update(std::string_view id, Decide &&
       watch_.publish(r.snap);
       return r;
     } catch (const StoreError &e) {
+      if (e.code() != Status::conflict) {
+        // An ambiguous failure (a connection lost after the write was
+        // made?): when the record holds exactly what this save wrote, it
+        // was applied; go on as if the store had said so.
+        if (!saved_anyway(id, r.snap, so.expected_version)) throw;
+        watch_.publish(r.snap);
+        return r;
+      }
       // Someone else saved first: read again and decide again.
-      if (e.code() != Status::conflict || attempt >= lifecycle_detail::kMaxSaveAttempts) throw;
+      if (attempt >= lifecycle_detail::kMaxSaveAttempts) throw;
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <thread>
 
 namespace toolnexus::server_detail {
 
@@ -470,6 +471,29 @@ void TaskLifecycle::save_working(const std::string &id, const std::shared_ptr<Ac
   }
 }
 
+bool TaskLifecycle::saved_anyway(std::string_view id, Snapshot &snap, uint64_t expected) noexcept {
+  try {
+    std::optional<TaskRecord> rec;
+    for (int attempt = 0;; ++attempt) {  // the read may fail as the save did: a few tries, bounded
+      try {
+        rec = store_->get(id);
+        break;
+      } catch (const StoreError &) {
+        if (attempt == 2) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 << (2 * attempt)));  // 10, 40 ms
+      }
+    }
+    if (!rec || (expected != kAnyVersion && rec->version != expected + 1)) return false;
+    if (rec->json != snap.task.to_json()) return false;
+    snap.version = rec->version;
+    log_.warn("Task " + in_quotes(std::string(id)) + ": a save the store reported failed was applied (version " +
+              std::to_string(rec->version) + "); going on");
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 void TaskLifecycle::fail_after_error(const std::string &id, const std::shared_ptr<ActiveTask> &active,
                                      const std::string &what) {
   try {
@@ -482,15 +506,26 @@ void TaskLifecycle::fail_after_error(const std::string &id, const std::shared_pt
           set_status_with_message(t, ts::kFailed, "The server could not complete this Task: " + what);
         }))
       return;
-    update(id, [&](Snapshot &s) {
-      const std::string_view state = s.task.state();
-      if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
-      if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
-      remove_task_metadata(s.task, kLeaseKey);
-      remove_task_metadata(s.task, kPendingKey);
-      set_status_with_message(s.task, ts::kFailed, "The server could not complete this Task: " + what);
-      return Verdict::save;
-    });
+    // The store just failed; it may fail again at once (a connection
+    // being re-made, a busy disk): a few tries, bounded (about 0.5 s), then
+    // the lease is left to settle it.
+    for (int attempt = 0;; ++attempt) {
+      try {
+        update(id, [&](Snapshot &s) {
+          const std::string_view state = s.task.state();
+          if (state != ts::kWorking && state != ts::kSubmitted) return Verdict::stop;
+          if (read_lease(s.task).instance != options_.instance_id) return Verdict::stop;
+          remove_task_metadata(s.task, kLeaseKey);
+          remove_task_metadata(s.task, kPendingKey);
+          set_status_with_message(s.task, ts::kFailed, "The server could not complete this Task: " + what);
+          return Verdict::save;
+        });
+        return;
+      } catch (const StoreError &) {
+        if (attempt == 3) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20 << (2 * attempt)));  // 20, 80, 320 ms
+      }
+    }
   } catch (const std::exception &e) {
     if (!active->stored.load()) {
       // Never saved and now unsavable: its waiter is told, nothing is left.
@@ -501,6 +536,11 @@ void TaskLifecycle::fail_after_error(const std::string &id, const std::shared_pt
     }
     log_.error("Task " + in_quotes(id) + ": could not record the failure either: " + e.what() +
                " (its lease will expire and another sweep will settle it)");
+    // A blocking client waiting for it is told now that the store failed,
+    // not when the lease expires: it may retry (the same messageId finds
+    // this Task, idempotency.hpp) or read the Task later.
+    const auto *se = dynamic_cast<const StoreError *>(&e);
+    watch_.fail(id, se != nullptr ? se->code() : Status::internal, e.what());
   }
 }
 
