@@ -1,7 +1,7 @@
 // The Task list: the store's own ListTasks pages (newest first, filtered by
 // state and contextId), the count of the filter and of the Tasks waiting for
 // a person, refreshed every few seconds without a reload.
-import { listTasks } from "./api.js";
+import { ApiError, listTasks } from "./api.js";
 import { el, fill, isWaiting, partsText, stateBadge, when } from "./dom.js";
 
 const REFRESH_MS = 2000;
@@ -61,7 +61,17 @@ async function load() {
 
 /** Reloads the page shown now (errors go to the handler given to start). */
 export function refresh() {
-  return load().catch((e) => view.onError(e));
+  return load().then(() => listStatus(""), (e) => {
+    if (e instanceof ApiError && e.status === 401) view.onError(e);
+    else listStatus("The list could not be refreshed (retrying): " + e.message);
+  });
+}
+
+// A refresh that failed (a server restart, a network blip) is said in the
+// list itself, and unsaid by the next one that works.
+function listStatus(text) {
+  $("list-status").textContent = text;
+  $("list-status").hidden = text === "";
 }
 
 function schedule() {
