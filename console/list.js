@@ -17,6 +17,7 @@ const view = {
   timer: 0,
   generation: 0,
   wired: false,
+  running: false,
   onError: () => {},
 };
 
@@ -76,6 +77,7 @@ function listStatus(text) {
 
 function schedule() {
   clearTimeout(view.timer);
+  if (!view.running) return;
   view.timer = setTimeout(async () => {
     if (document.visibilityState === "visible") await refresh();
     schedule();
@@ -86,6 +88,7 @@ function schedule() {
 export function startList(onError) {
   view.onError = onError;
   if (!view.wired) wire();
+  view.running = true;
   refresh();
   schedule();
 }
@@ -117,6 +120,7 @@ function wire() {
 
 /** Stops refreshing (sign-out). */
 export function stopList() {
+  view.running = false;
   clearTimeout(view.timer);
   view.generation++;
   fill($("tasks"));

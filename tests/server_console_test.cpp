@@ -7,7 +7,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "server_test_support.hpp"
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <tuple>
 
 using namespace tnxtest;
 
@@ -174,4 +179,44 @@ TEST_CASE("the shipped console serves its page, whose every script and style is 
   CHECK(page.body.find("onclick") == std::string::npos);
   for (const std::string f : {"app.js", "api.js", "sse.js", "dom.js", "list.js", "task.js", "style.css"})
     CHECK_MESSAGE(send(port, "GET /console/" + f).status == 200, f);
+}
+
+namespace {
+
+// `toolnexus serve ARGS` run to its exit (each case here fails before
+// listening): the exit code and stderr.
+std::pair<int, std::string> serve_cli(const TempDir &tmp, const std::string &args) {
+  const std::string err = (tmp.path / "stderr").string();
+  const int st = std::system((std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus serve --listen 127.0.0.1:0 " + args +
+                              " </dev/null >/dev/null 2>" + err)
+                                 .c_str());
+  std::ifstream in(err);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, text};
+}
+
+}  // namespace
+
+TEST_CASE("the CLI: --console, --console-dir and the config's console section; bad values name the key") {
+  TempDir tmp;
+  write_file(tmp.path / "a.json", R"({"console": true})");
+  auto [code, err] = serve_cli(tmp, "--config " + (tmp.path / "a.json").string());
+  CHECK(code == 2);
+  CHECK(err.find("console must be an object") != std::string::npos);
+  write_file(tmp.path / "b.json", R"({"console": {"enabled": true, "dri": "x"}})");
+  std::tie(code, err) = serve_cli(tmp, "--config " + (tmp.path / "b.json").string());
+  CHECK(code == 2);
+  CHECK(err.find("unknown key console.dri") != std::string::npos);
+  // console.dir is relative to the config file.
+  write_file(tmp.path / "conf" / "c.json", R"({"console": {"enabled": true, "dir": "nowhere"}})");
+  std::tie(code, err) = serve_cli(tmp, "--config " + (tmp.path / "conf" / "c.json").string());
+  CHECK(code == 1);
+  CHECK(err.find("'" + (tmp.path / "conf" / "nowhere").string() + "' is not a readable directory") !=
+        std::string::npos);
+  std::tie(code, err) = serve_cli(tmp, "--console --console-dir " + (tmp.path / "none").string());
+  CHECK(code == 1);
+  CHECK(err.find((tmp.path / "none").string()) != std::string::npos);
+  std::tie(code, err) = serve_cli(tmp, "--console-dir=");
+  CHECK(code == 2);
+  CHECK(err.find("--console-dir needs a directory") != std::string::npos);
 }
