@@ -74,6 +74,13 @@ options (flags override the config file):
                            max-age; default 300; it also has an ETag)
   --auth-tokens FILE       JSON {"<token>": "<principal>", ...}; turns on
                            bearer authentication and per-principal Tasks
+  --console                serve the approval console, a web page at
+                           /console/ that lists Tasks and approves, denies
+                           or cancels them through this API with a pasted
+                           bearer token (default: off, /console/ is 404;
+                           see docs/console.md)
+  --console-dir DIR        the console's files (default: the installed
+                           <exe>/../share/toolnexus/console)
   --workers N              Tasks run at once, on executor threads (default
                            64 on a durable store, whose runs wait for the
                            disk; 4 on memory); a blocking SendMessage to a
@@ -156,6 +163,7 @@ config file:
                     "clock_skew_s": 60, "algorithms": ["RS256", "ES256"],
                     "jwks_refresh_min_s": 60, "jwks_max_age_s": 3600,
                     "jwks_timeout_ms": 5000}},
+   "console": {"enabled": false, "dir": "/usr/share/toolnexus/console"},
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
               "keep_alive_timeout_ms": 10000, "header_timeout_ms": 10000,
@@ -184,11 +192,11 @@ config file:
            "tools": [{"name": "authorize", "description": "...",
                       "parameters": {"type": "object", "properties": {}},
                       "approval": true, "result": "authorized"}]}}
-  plugin_dirs, auth_tokens, auth.jwt.jwks_file, instance_file and llm.ca_file are
-  relative to the config file's directory. "llm" is used by --agent llm (see
-  docs/llm-agent.md). "auth.jwt" takes bearer JWTs (OAuth 2 / OIDC access
-  tokens; "jwks_file" or "jwks_url", one of them): a credential the token file
-  knows is its principal, any other is validated as a JWT; see
+  plugin_dirs, auth_tokens, auth.jwt.jwks_file, instance_file, console.dir and
+  llm.ca_file are relative to the config file's directory. "llm" is used by
+  --agent llm (see docs/llm-agent.md). "auth.jwt" takes bearer JWTs (OAuth 2 /
+  OIDC access tokens; "jwks_file" or "jwks_url", one of them): a credential the
+  token file knows is its principal, any other is validated as a JWT; see
   docs/configuration.md, "JWT bearer tokens".
 )";
 
@@ -278,7 +286,7 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   warn_unknown(c, root, "",
                {"listen", "admin", "plugin_dirs", "allow_insecure_plugins", "a2a", "agent", "auth_tokens", "auth", "log_level",
                 "workers", "limits", "lease", "streams", "push", "idempotency", "progress_interval_ms", "echo_chunk_delay_ms", "llm",
-                "drain_timeout_ms", "instance_id", "instance_file", "retention"});
+                "drain_timeout_ms", "instance_id", "instance_file", "retention", "console"});
 
   if (auto v = config_string(c, root, "listen", "listen"); !v.empty()) o.listen = v;
   if (const rapidjson::Value *ad = member(root, "admin")) {
@@ -323,6 +331,16 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
   if (auto v = config_string(c, root, "instance_id", "instance_id"); !v.empty()) o.instance_id = v;
   if (auto v = config_string(c, root, "instance_file", "instance_file"); !v.empty())
     o.instance_file = v == "-" ? v : (c.dir / v).lexically_normal().string();
+  if (const rapidjson::Value *co = member(root, "console")) {
+    if (!co->IsObject()) throw UsageError(file + ": console must be an object ({\"enabled\": true})");
+    warn_unknown(c, *co, "console.", {"enabled", "dir"});
+    if (const rapidjson::Value *en = member(*co, "enabled")) {
+      if (!en->IsBool()) throw UsageError(file + ": console.enabled must be true or false");
+      o.console = en->GetBool();
+    }
+    if (auto v = config_string(c, *co, "dir", "console.dir"); !v.empty())
+      o.console_dir = (c.dir / v).lexically_normal().string();
+  }
   if (const rapidjson::Value *pu = member(root, "push")) {
     if (!pu->IsObject()) throw UsageError(file + ": push must be an object");
     warn_unknown(c, *pu, "push.",
@@ -491,6 +509,16 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
 
 // ---- command line ---------------------------------------------------------
 
+// The console's files beside this program, as installed and as the build
+// tree mirrors it: <exe>/../share/toolnexus/console ("" when the program's
+// path cannot be read; serve() then names the missing directory).
+std::string default_console_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "share/toolnexus/console";
+  return (exe.parent_path().parent_path() / "share" / "toolnexus" / "console").string();
+}
+
 int run_serve(int argc, char **argv) {
   ServerOptions o;
   std::vector<std::string> plugin_dirs;
@@ -557,6 +585,11 @@ int run_serve(int argc, char **argv) {
       else if (a == "--trust-forwarded" && !has_inline) o.card.trust_forwarded = true;
       else if (a == "--card-max-age") o.card.cache_max_age_s = to_int(parse_int(a, next(), 0, 31536000));
       else if (a == "--auth-tokens") auth_file = next();
+      else if (a == "--console" && !has_inline) o.console = true;
+      else if (a == "--console-dir") {
+        o.console_dir = next();
+        if (o.console_dir.empty()) throw UsageError("--console-dir needs a directory");
+      }
       else if (a == "--log-level") o.log_level = parse_log_level(next());
       else if (a == "--workers") o.workers = static_cast<unsigned>(parse_int(a, next(), 1, 1024));
       else if (a == "--max-connections") o.limits.max_connections = static_cast<unsigned>(parse_int(a, next(), 1, 10000));
@@ -592,6 +625,7 @@ int run_serve(int argc, char **argv) {
       else if (a == "--retention") add_retention_flag(o.retention, next(), "--retention");
       else throw UsageError("unknown option '" + a + "'");
     }
+    if (o.console && o.console_dir.empty()) o.console_dir = default_console_dir();
     if (o.agent == "llm") {
       if (!llm) throw UsageError("--agent llm needs an \"llm\" section in the config file (--config FILE)");
       o.executor = make_llm_executor(*llm);

@@ -7,6 +7,7 @@
 #include "wire/auth.hpp"
 #include "bindings/jwt_auth.hpp"
 #include "wire/web_origin.hpp"
+#include "bindings/console.hpp"
 #include "bindings/http.hpp"
 #include "bindings/operator.hpp"
 #include "common/server_metrics.hpp"
@@ -64,6 +65,8 @@ struct ServerHandle::Impl {
   /// `store` with every call timed into `metrics`: what the server uses.
   std::shared_ptr<TaskStore> metered;
   std::unique_ptr<OperatorEndpoints> operator_endpoints;
+  /// The console's files (ServerOptions::console); null when off.
+  std::unique_ptr<ConsoleFiles> console;
   std::unique_ptr<AdminListener> admin;
   std::string admin_url;
   bool owns_store = false;
@@ -206,6 +209,11 @@ ServerHandle serve(ServerOptions o) {
   std::string admin_host;
   uint16_t admin_port = 0;
   if (!o.admin_listen.empty()) split_listen(o.admin_listen, admin_host, admin_port);
+  if (o.console) {
+    if (o.console_dir.empty())
+      throw std::invalid_argument("the console is on but no console directory is set (ServerOptions::console_dir)");
+    impl->console = std::make_unique<ConsoleFiles>(o.console_dir);
+  }
 
   if (o.streams.max_streams == 0 || o.streams.keepalive_ms <= 0 || o.streams.poll_ms <= 0)
     throw std::invalid_argument("streams.max_streams, streams.keepalive_ms and streams.poll_ms must be positive");
@@ -317,6 +325,7 @@ ServerHandle serve(ServerOptions o) {
   HttpServices services;
   services.operator_endpoints = impl->operator_endpoints.get();
   services.metrics = impl->metrics.get();
+  services.console = impl->console.get();
   services.methods = impl->methods.get();
   services.auth = impl->auth.get();
   services.jwt = impl->jwt.get();

@@ -22,42 +22,8 @@ bin="$build/bin/toolnexus"
 
 command -v npm >/dev/null ||
   { echo "run.sh: npm is required to install the pinned A2A JS clients (Debian: apt-get install npm)" >&2; exit 1; }
-node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
-
-# 0. node >= 20. npm itself keeps running on the machine's node (Debian's npm
-# is built for Debian's node); only the tests run on $node.
-sys_node="$(command -v node || true)"
-node="$sys_node"
-if [ -z "$node" ] || [ "$(node_major "$node")" -lt 20 ]; then
-  case "$(uname -m)" in
-    x86_64) cpu=x64 ;;
-    aarch64 | arm64) cpu=arm64 ;;
-    *) echo "run.sh: tests/clients/node20 pins node 20 for x86_64 and arm64; this machine is $(uname -m):" \
-      "install node >= 20 on it" >&2; exit 1 ;;
-  esac
-  n20="$build/node20"
-  node="$n20/node_modules/node-linux-$cpu/bin/node"
-  # Installed once per lock file: the stamp is written after a whole install.
-  if ! cmp -s "$here/node20/package-lock.json" "$n20/installed.lock" || [ ! -x "$node" ]; then
-    have="missing"
-    [ -z "$sys_node" ] || have="$("$sys_node" --version)"
-    echo "run.sh: the machine's node is $have; installing node 20 from the npm registry into $n20" >&2
-    rm -rf "$n20"
-    mkdir -p "$n20"
-    cp "$here/node20/package.json" "$here/node20/package-lock.json" "$n20/"
-    (cd "$n20" && npm ci --no-audit --no-fund --loglevel=error) >&2
-    if [ ! -x "$node" ]; then
-      # npm skips an optional dependency it could not fetch without saying
-      # why: ask for that one package again, so that npm shows its error.
-      want="$(sed -n "s/.*\"node-linux-$cpu\": \"\([0-9.]*\)\".*/\1/p" "$here/node20/package.json")"
-      (cd "$n20" && npm install --no-save --no-audit --no-fund --loglevel=error "node-linux-$cpu@$want") >&2 ||
-        { echo "run.sh: npm could not install node-linux-$cpu@$want (node 20) from the npm registry: npm's" \
-          "error is above" >&2; exit 1; }
-    fi
-    [ -x "$node" ] || { echo "run.sh: npm installed no $node" >&2; exit 1; }
-    cp "$here/node20/package-lock.json" "$n20/installed.lock"
-  fi
-fi
+. "$here/node.sh"
+find_node "$build"
 major="$(node_major "$node")"
 [ "$major" -ge 20 ] || { echo "run.sh: $node is node $("$node" --version); @a2a-js/sdk 1.x needs node >= 20" >&2; exit 1; }
 echo "run.sh: node $("$node" --version) ($node)"

@@ -104,7 +104,8 @@ for f in include/toolnexus/task_store.h include/toolnexus/plugin.hpp include/too
   lib/cmake/toolnexus/toolnexusSdkTargets.cmake lib/cmake/toolnexus/toolnexusCoreTargets.cmake \
   lib/cmake/toolnexus/toolnexusServerTargets.cmake lib/pkgconfig/toolnexus-sdk.pc \
   lib/pkgconfig/toolnexus.pc lib/pkgconfig/toolnexus-server.pc share/toolnexus/plugin.map \
-  share/doc/toolnexus/plugin-guide.md bin/toolnexus-conformance; do
+  share/doc/toolnexus/plugin-guide.md share/toolnexus/console/index.html share/toolnexus/console/app.js \
+  bin/toolnexus-conformance; do
   [ -e "$prefix/$f" ] || fail "the install has no $f"
 done
 for f in plugin-kv/CMakeLists.txt plugin-kv/kv_plugin.c plugin-kv/kv_plugin.map embed-agent/CMakeLists.txt \
@@ -443,7 +444,17 @@ wait_state "$task_id" input-required
 stop_server 1
 [ -s "$TMP/kvdata/tasks.kvlog" ] || fail "no $TMP/kvdata/tasks.kvlog after the first server"
 
-start_server 2 "${kv_serve[@]}"
+start_server 2 "${kv_serve[@]}" --console
+# The console's files, found by the moved program beside itself
+# (<bin>/../share/toolnexus/console).
+console_check="$(python3 - "${url}console/" <<'EOF'
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1]) as r:
+    print(r.status, "script-src 'self'" in r.headers.get("Content-Security-Policy", ""), b"app.js" in r.read())
+EOF
+)" || fail "GET ${url}console/ failed"
+[ "$console_check" = "200 True True" ] || fail "GET ${url}console/: '$console_check', want '200 True True'"
+ok "serve --console from the moved prefix: GET /console/ 200 with its CSP"
 state="$(rpc "$url" GetTask "{\"id\":\"$task_id\"}" result.status.state)" || fail "GetTask after restart failed"
 [ "$state" = input-required ] || fail "after the restart task $task_id is '$state', want input-required"
 ok "after restart, GetTask $task_id: $state"

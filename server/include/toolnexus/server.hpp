@@ -406,6 +406,19 @@ struct ServerOptions {
   /// frame telling the client to resubscribe elsewhere (docs/streaming.md,
   /// "Server stop").
   int drain_timeout_ms = 10000;
+  /// The approval console (docs/console.md): a web page under /console/
+  /// that lists, opens, approves, denies and cancels Tasks through this
+  /// server's own HTTP+JSON API with the user's bearer token. Off = /console/
+  /// answers 404 like any unknown path.
+  bool console = false;
+  /// The directory whose files the console serves (index.html, *.js, *.css;
+  /// read once at serve(), so a change needs a restart). Only its regular
+  /// files are served, by exact name; a symlink that leads outside it is
+  /// skipped. Required when `console` is on (the CLI defaults it to
+  /// <exe>/../share/toolnexus/console, the installed and build-tree copy);
+  /// a missing directory or one without index.html makes serve() throw
+  /// std::invalid_argument naming it.
+  std::string console_dir;
   /// Lines below this level are not written (errors always are).
   LogLevel log_level = LogLevel::info;
   /// Where log lines go (default: stderr, one line each).

@@ -225,6 +225,8 @@ class Router {
       status = options(req, reply_to, how, origin_ok, card_path);
     } else if (!card_path && (status = cross_site_refusal(how, origin, origin_ok, reply_to)) != 0) {
       // refused: a rebound DNS name or another site's page
+    } else if (s_.console != nullptr && ConsoleFiles::serves(path)) {
+      status = s_.console->handle(req, reply_to);
     } else if (path == "/") {
       status = m == Poco::Net::HTTPRequest::HTTP_POST ? rpc(req, reply_to, b, principal)
                                                       : method_not_allowed(req, reply_to, "POST");

@@ -7,6 +7,7 @@
 #ifndef TOOLNEXUS_SERVER_HTTP_HPP
 #define TOOLNEXUS_SERVER_HTTP_HPP
 
+#include "bindings/console.hpp"
 #include "bindings/operator.hpp"
 #include "service/a2a_methods.hpp"
 #include "wire/agent_card.hpp"
@@ -42,6 +43,10 @@ struct HttpServices {
   OperatorEndpoints *operator_endpoints = nullptr;
   /// Where A2A requests are counted; null = nowhere.
   ServerMetrics *metrics = nullptr;
+  /// The approval console's files under /console/ (after the Host and
+  /// Origin checks, without authentication: the page holds no Task data);
+  /// null = console off, /console/ is 404.
+  const ConsoleFiles *console = nullptr;
 };
 
 /// Splits "HOST:PORT" / "[V6]:PORT" / ":PORT". Throws std::invalid_argument
