@@ -423,22 +423,33 @@ int cmd_put(const Options &o) {
     return 2;
   }
   auto s = resolve_store(o.positional[1]);
-  const std::optional<TaskRecord> current = s->get(t.id());
-  SaveOptions so = put_options(o, t, current);
-  if (o.flag("--force")) {
-    so.expected_version = current ? current->version : kNoVersion;  // owner/tenant from what it replaces
-  } else if (expect) {
-    so.expected_version = *expect;
-  } else {
-    so.expected_version = kNoVersion;
-  }
-  try {
-    s->save(t, so);
-  } catch (const StoreError &e) {
-    if (e.code() != Status::conflict) throw;
+  const bool force = o.flag("--force");
+  for (int attempt = 1;; ++attempt) {
+    const std::optional<TaskRecord> current = s->get(t.id());
+    SaveOptions so = put_options(o, t, current);
+    if (force) {
+      so.expected_version = current ? current->version : kNoVersion;  // owner/tenant from what it replaces
+    } else if (expect) {
+      so.expected_version = *expect;
+    } else {
+      so.expected_version = kNoVersion;
+    }
+    try {
+      s->save(t, so);
+      break;
+    } catch (const StoreError &e) {
+      if (e.code() != Status::conflict) throw;
+      // --force replaces whatever is stored: another writer came between
+      // the read and the save, so read again (a writer that never stops
+      // wins after 100 tries).
+      if (force && attempt < 100) continue;
+    }
     const std::optional<TaskRecord> now = s->get(t.id());
     std::cerr << "toolnexus store put: Task '" << printable(t.id()) << "' ";
     if (!now) std::cerr << "does not exist (any more); nothing written\n";
+    else if (force)
+      std::cerr << "kept changing while --force tried to replace it (100 tries, now at version " << now->version
+                << "); nothing written\n";
     else if (expect)
       std::cerr << "changed since it was read: it is at version " << now->version << ", not " << *expect
                 << "; nothing written (`store get` it again)\n";

@@ -415,6 +415,31 @@ TEST_CASE("store put: compare-and-set, owner and tenant kept, and JSON lines in 
   fs::remove_all(dir);
 }
 
+TEST_CASE("store put --force from four processes at once: every put lands, none is refused") {
+  // --force replaces whatever is stored, keeping the owner of what it
+  // replaces by compare-and-set on the version it read: a writer that came
+  // between is read again, never reported as "exists".
+  fs::path dir = temp_dir();
+  const std::string sel = "sqlite:" + (dir / "t.db").string();
+  REQUIRE(run({"store", "put", sel, "--owner", "alice"}, task_json("hot", "c", "input-required", 0)).code == 0);
+  for (int w = 0; w < 4; ++w)
+    spit(dir / ("t" + std::to_string(w) + ".json"), task_json("hot", "c", "input-required", w + 1));
+  std::string script = "for w in 0 1 2 3; do ( for i in 1 2 3 4 5 6 7 8 9 10; do " +
+                       sh_quote(std::string(TOOLNEXUS_BIN_DIR) + "/toolnexus") + " store put " + sh_quote(sel) +
+                       " --force " + sh_quote((dir / "t").string()) + "$w.json >/dev/null 2>>" +
+                       sh_quote((dir / "err").string()) + " || echo x >>" + sh_quote((dir / "fails").string()) +
+                       "; done ) & done; wait";
+  REQUIRE(std::system(script.c_str()) == 0);
+  CHECK_MESSAGE(!fs::exists(dir / "fails"), slurp(dir / "err"));
+  auto s = resolve_store(sel);
+  auto rec = s->get("hot");
+  REQUIRE(rec.has_value());
+  CHECK(rec->version == 41);  // the first put and 40 replacements
+  CHECK(rec->owner == "alice");
+  s->close();
+  fs::remove_all(dir);
+}
+
 TEST_CASE("store list: control bytes in ids are escaped in the table; --json is one object per line") {
   fs::path dir = temp_dir();
   const std::string sel = "file:" + (dir / "tasks").string();

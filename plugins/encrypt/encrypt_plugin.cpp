@@ -29,8 +29,11 @@
 
 #include <sodium.h>
 
+#include <chrono>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +71,33 @@ tnx_task_record with_json(const tnx_task_record &r, std::string_view json) {
   o.due_us = sdk::due_of(r);
   return o;
 }
+
+// Retries of a save that sets no expected version (TNX_VERSION_ANY) and lost
+// the race between reading the version it seals for and its compare-and-set:
+// the caller asked for a save that cannot conflict, so it is tried again,
+// after a random pause that doubles from 50 us to 5 ms (writers of one id
+// fall out of step), for up to 10 s; then the conflict is the caller's.
+class RaceRetry {
+ public:
+  /// True (after the pause) while another attempt is allowed.
+  bool again() {
+    const auto now = std::chrono::steady_clock::now();
+    if (attempts_++ == 0) deadline_ = now + std::chrono::seconds(10);
+    else if (now >= deadline_) return false;
+    if (attempts_ > 1) {
+      std::uniform_int_distribution<long> pick(0, pause_us_);
+      std::this_thread::sleep_for(std::chrono::microseconds(pick(rng_)));
+      pause_us_ = std::min(pause_us_ * 2, 5000L);
+    }
+    return true;
+  }
+
+ private:
+  int attempts_ = 0;
+  long pause_us_ = 50;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::minstd_rand rng_{std::random_device{}()};
+};
 
 class EncryptStore final : public sdk::Store {
  public:
@@ -107,7 +137,7 @@ class EncryptStore final : public sdk::Store {
       r.task_json = sdk::str(env);
       return inner_.save(r, expected);
     }
-    for (int attempt = 0;; ++attempt) {
+    for (RaceRetry race;;) {
       uint64_t cur = expected;
       if (expected == TNX_VERSION_ANY) cur = current_version(id);
       const uint64_t inner_expected = cur;  // 0 is TNX_VERSION_NONE: must not exist
@@ -118,7 +148,7 @@ class EncryptStore final : public sdk::Store {
         v = inner_.save(r, inner_expected);
       } catch (const Error &e) {
         // Another writer came between the read and the save: read again.
-        if (e.code == TNX_ECONFLICT && expected == TNX_VERSION_ANY && attempt < 16) continue;
+        if (e.code == TNX_ECONFLICT && expected == TNX_VERSION_ANY && race.again()) continue;
         throw;
       }
       for (int fix = 0; v != cur + 1 && fix < 4; ++fix) {
@@ -152,14 +182,14 @@ class EncryptStore final : public sdk::Store {
       inner_.save_batch(recs, expected, 0, out_versions);  // TNX_EUNSUPPORTED if the inner store has none
       return;
     }
-    for (int attempt = 0;; ++attempt) {
+    for (RaceRetry race;;) {
       try {
         seal_and_save_batch(recs, expected, n, out_versions);
         return;
       } catch (const sdk::BatchError &e) {
         // A record saved without an expected version lost a race between
         // the read of its version and the batch: read again.
-        if (e.code != TNX_ECONFLICT || e.index >= n || expected[e.index] != TNX_VERSION_ANY || attempt >= 8) throw;
+        if (e.code != TNX_ECONFLICT || e.index >= n || expected[e.index] != TNX_VERSION_ANY || !race.again()) throw;
       }
     }
   }

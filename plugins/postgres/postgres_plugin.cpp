@@ -789,7 +789,8 @@ class PgStore final : public toolnexus::sdk::Store {
     int64_t v = 0;
     if (PQntuples(r.get()) == 1 && read_int(r.get(), 0, 0, v)) return;
     if (PQntuples(r.get()) == 1 && PQgetisnull(r.get(), 0, 1)) throw Error(TNX_ENOTFOUND, "no task with id " + quote(id));
-    throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + ", " + stored(r.get()));
+    throw Error(TNX_ECONFLICT,
+                what + ": expected version " + std::to_string(expected) + ", " + stored(r.get(), expected));
   }
 
   std::string list(const tnx_list_query &q, const RecordOut &out) override {
@@ -977,7 +978,8 @@ class PgStore final : public toolnexus::sdk::Store {
     Result r = exec_stmt(kSaveCas, p, what);
     int64_t v = 0;
     if (PQntuples(r.get()) == 1 && read_int(r.get(), 0, 0, v)) return checked_version(v, what);
-    throw Error(TNX_ECONFLICT, what + ": expected version " + std::to_string(expected) + ", " + stored(r.get()));
+    throw Error(TNX_ECONFLICT,
+                what + ": expected version " + std::to_string(expected) + ", " + stored(r.get(), expected));
   }
 
   /// A connection taken from the pool; returns it on destruction.
@@ -1275,11 +1277,16 @@ class PgStore final : public toolnexus::sdk::Store {
     return checked_version(v, what);
   }
 
-  /// "stored version N" / "no such task" from column 1 of a CAS result.
-  static std::string stored(const PGresult *r) {
+  /// "stored N" / "no such task" from column 1 of a CAS result that
+  /// expected version `expected`. Column 1 is read in the statement's
+  /// snapshot: when it still shows `expected`, a save that committed while
+  /// the UPDATE waited for the row lock replaced it, and the text says so.
+  static std::string stored(const PGresult *r, uint64_t expected) {
     int64_t v = 0;
-    if (PQntuples(r) == 1 && read_int(r, 0, 1, v)) return "stored " + std::to_string(v);
-    return "but there is no such task";
+    if (PQntuples(r) != 1 || !read_int(r, 0, 1, v)) return "but there is no such task";
+    if (v >= 0 && static_cast<uint64_t>(v) == expected)
+      return "but a concurrent save replaced version " + std::to_string(v) + " while this one waited for the row";
+    return "stored " + std::to_string(v);
   }
 
   /// Columns of a get or list row: 8, and due_us with the due column.
