@@ -11,7 +11,7 @@ export TOOLNEXUS_PLUGIN_PATH="$build/lib/toolnexus/plugins"
 failed=()
 for seed in $(seq 1 "$seeds"); do
   out="$(TNX_CHAOS_SEED=$seed TNX_CHAOS_TASKS=$tasks "$build/bin/server_chaos_test" --success=false 2>&1)" || failed+=("$seed")
-  printf '%s\n' "$out" | grep -E "requests,|  [0-9]+ x " | sed "s/^/seed $seed: /" | sed 's/  */ /g'
+  printf '%s\n' "$out" | grep -E "requests,|  [0-9]+ x |push config" | sed "s/^/seed $seed: /" | sed 's/  */ /g'
   case " ${failed[*]-} " in *" $seed "*) printf '%s\n' "$out" | grep -E "ERROR|CHECK|REQUIRE" | head -20 ;; esac
 done
 echo "chaos_run: $seeds seeds x $tasks Tasks: ${#failed[@]} failed${failed:+ (seeds ${failed[*]})}"

@@ -12,6 +12,10 @@
 //   - every error a client got is the documented one: -32603 "internal
 //     error: the task store failed (<TNX status>)", or a state error
 //     (-32004/-32002) when a lost answer's request had in fact been done.
+// Half the Tasks are created with a push config (a webhook in the test):
+// each of them that is stored in a terminal state had that state pushed
+// (at least once), and no push announced a terminal state that the store
+// does not hold.
 // And a crash (abort) of `toolnexus serve` at a chosen store operation:
 // the server restarted on the same file has every Task as told, and settles
 // what the crash left running.
@@ -19,6 +23,7 @@
 // (TNX_CHAOS_SEED, TNX_CHAOS_TASKS) so that bench/chaos_run.sh runs many
 // seeds; CTest runs one fixed seed.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "push_receiver.hpp"
 #include "serve_process.hpp"
 #include "server_test_support.hpp"
 
@@ -45,6 +50,7 @@ struct Ledger {
   std::map<std::string, std::string> told;               // Task id -> last state answered
   std::map<std::string, std::set<std::string>> pending;  // Task id -> states of requests whose answer was lost
   std::map<std::string, int> errors;                     // "code message-prefix" -> count
+  std::set<std::string> with_push;                       // Tasks told about that were created with a push config
   std::vector<std::string> undocumented;                 // errors that are not the documented ones
   int requests = 0, retries = 0;
 
@@ -77,18 +83,34 @@ struct Ledger {
   }
 };
 
-/// A v0.3 user message (blocking unless `blocking` is false).
+/// A v0.3 user message (blocking unless `blocking` is false), with a push
+/// config to `push_url` when it is not empty.
 std::string send_params(const std::string &text, const std::string &message_id, const std::string &task_id,
-                        bool blocking = true) {
+                        bool blocking = true, const std::string &push_url = {}) {
   std::string m = R"({"role":"user","messageId":)" + q(message_id) + R"(,"parts":[{"kind":"text","text":)" +
                   q(text) + "}]" + (task_id.empty() ? "" : R"(,"taskId":)" + q(task_id)) + "}";
-  return R"({"message":)" + m + R"(,"configuration":{"blocking":)" + (blocking ? "true" : "false") + "}}";
+  const std::string push =
+      push_url.empty() ? "" : R"(,"pushNotificationConfig":{"url":)" + q(push_url) + R"(,"token":"chaos"})";
+  return R"({"message":)" + m + R"(,"configuration":{"blocking":)" + (blocking ? "true" : "false") + push + "}}";
+}
+
+/// Task id -> the states its push notifications announced (v0.3: the Task,
+/// or a status-update event).
+std::map<std::string, std::set<std::string>> pushed_states(Receiver &hook) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto &r : hook.got()) {
+    auto d = parse(r.body);
+    if (!d.IsObject() || !d.HasMember("status")) continue;  // an artifact-update event
+    const char *id = d.HasMember("taskId") ? d["taskId"].GetString() : d["id"].GetString();
+    out[id].insert(d["status"]["state"].GetString());
+  }
+  return out;
 }
 
 /// One client's life of Task `i`: create it (retrying the same message),
 /// then approve, deny or cancel it, then try to change it once it is
 /// terminal.
-void client_life(const std::string &url, int i, Ledger &ledger) {
+void client_life(const std::string &url, int i, Ledger &ledger, const std::string &push_url) {
   Client c(url);  // a fresh connection per Task: a request that got no answer leaves its connection unusable
   auto call = [&](const std::string &method, const std::string &params, bool state_error_ok,
                   rapidjson::Document &out) {
@@ -146,14 +168,19 @@ void client_life(const std::string &url, int i, Ledger &ledger) {
   rapidjson::Document d;
   const std::string tag = "t" + std::to_string(i);
   std::string id, state;
+  const std::string create = send_params("deploy " + tag, tag + "-create", "", true, i % 2 == 0 ? push_url : "");
   if (i % 4 == 3) {
-    if (!stream(send_params("deploy " + tag, tag + "-create", ""), id, state)) return;  // never told
+    if (!stream(create, id, state)) return;  // never told
   } else {
-    if (!call("SendMessage", send_params("deploy " + tag, tag + "-create", ""), false, d)) return;  // never told
+    if (!call("SendMessage", create, false, d)) return;  // never told
     id = d["result"]["id"].GetString();
     state = d["result"]["status"]["state"].GetString();
   }
   ledger.tell(id, state);
+  if (i % 2 == 0) {
+    std::lock_guard<std::mutex> l(ledger.mu);
+    ledger.with_push.insert(id);
+  }
   if (state != "input-required") return;
 
   const int what = i % 3;
@@ -177,6 +204,20 @@ void client_life(const std::string &url, int i, Ledger &ledger) {
   }
 }
 
+/// The Tasks created with a push config that are stored in a terminal state
+/// that was not pushed (yet), as "id: state".
+std::vector<std::string> unpushed(Ledger &ledger, toolnexus::TaskStore &store,
+                                  const std::map<std::string, std::set<std::string>> &pushed) {
+  std::vector<std::string> out;
+  for (const auto &id : ledger.with_push) {
+    auto rec = store.get(id);
+    if (!rec || kTerminal.count(rec->state) == 0) continue;
+    auto it = pushed.find(id);
+    if (it == pushed.end() || it->second.count(rec->state) == 0) out.push_back(id + ": " + rec->state);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("the Task lifecycle over a faulty store: what clients were told is what is stored") {
@@ -188,10 +229,19 @@ TEST_CASE("the Task lifecycle over a faulty store: what clients were told is wha
   const std::string faults = "faults:seed=" + std::to_string(seed) +
                              ",error_rate=0.04,conflict_rate=0.05,lost_rate=0.03,latency_ms=0-1;" + inner;
   Ledger ledger;
+  Receiver hook;
+  std::map<std::string, std::set<std::string>> pushed;
   {
     auto o = test_options();
     o.store = faults;
     o.agent = "approval";
+    o.push.allow_targets = {"127.0.0.0/8"};
+    o.push.backoff_initial_ms = 50;
+    o.push.backoff_max_ms = 400;
+    // A save the store reported failed may have been done (a lost answer):
+    // the server did not queue its delivery, and the sweep, which reads
+    // what is due from the store, finds it.
+    o.push.sweep_interval_ms = 200;
     // Injected failures are logged; TNX_CHAOS_LOG=1 shows them.
     if (std::getenv("TNX_CHAOS_LOG") != nullptr) o.log_level = toolnexus::LogLevel::info;
     else o.log_sink = [](toolnexus::LogLevel, std::string_view) {};
@@ -200,9 +250,15 @@ TEST_CASE("the Task lifecycle over a faulty store: what clients were told is wha
     constexpr int kClients = 6;
     for (int k = 0; k < kClients; ++k)
       clients.emplace_back([&, k] {
-        for (int i = k; i < tasks; i += kClients) client_life(server.url(), i, ledger);
+        for (int i = k; i < tasks; i += kClients) client_life(server.url(), i, ledger, hook.url());
       });
     for (auto &t : clients) t.join();
+    // Pushes are delivered after the answers: wait (bounded) until every
+    // Task with a push config that is stored terminal had that state pushed.
+    auto plain = toolnexus::resolve_store(inner);
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (!unpushed(ledger, *plain, pushed = pushed_states(hook)).empty() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(50ms);
   }  // the server drains and stops
 
   MESSAGE("seed " << seed << ": " << ledger.requests << " requests, " << ledger.retries << " retries, "
@@ -230,6 +286,22 @@ TEST_CASE("the Task lifecycle over a faulty store: what clients were told is wha
       CHECK(task["artifacts"].Size() == 1);
     }
   }
+  // Push: every stored terminal state of a Task with a config was pushed;
+  // no push announced a terminal state the store does not hold.
+  for (const auto &u : unpushed(ledger, *plain, pushed)) FAIL_CHECK("not pushed: " << u);
+  std::size_t terminal_pushes = 0;
+  for (const auto &[id, states] : pushed) {
+    auto rec = plain->get(id);
+    for (const auto &st : states) {
+      if (kTerminal.count(st) == 0) continue;
+      ++terminal_pushes;
+      CHECK_MESSAGE((rec && rec->state == st), "pushed " << id << " " << st << ", stored "
+                                                        << (rec ? rec->state : std::string("nothing")));
+    }
+  }
+  MESSAGE(ledger.with_push.size() << " Tasks with a push config, " << terminal_pushes << " terminal states pushed");
+  CHECK(terminal_pushes > 0);
+
   // No Task outside the told ones is left half-done: each stored Task is in a
   // state a client's request could have left it in.
   toolnexus::ListQuery all;
