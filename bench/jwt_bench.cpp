@@ -4,12 +4,7 @@
 // refusal, keys made here with OpenSSL. Prints numbers; asserts nothing.
 //   usage: jwt_bench [SECONDS_PER_CASE]   (default 1)
 #include "bindings/jwt_auth.hpp"
-
-#include <openssl/core_names.h>
-#include <openssl/ecdsa.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rsa.h>
+#include "jwt_mint.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -21,69 +16,12 @@
 namespace {
 
 using toolnexus::server_detail::JwtAuth;
-
-std::string b64url(std::string_view bytes) {
-  static const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : bytes) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(abc[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(abc[(acc << (6 - bits)) & 63]);
-  return out;
-}
-
-std::string bn(EVP_PKEY *k, const char *name, int pad = 0) {
-  BIGNUM *b = nullptr;
-  EVP_PKEY_get_bn_param(k, name, &b);
-  std::string out(static_cast<std::size_t>(pad > 0 ? pad : BN_num_bytes(b)), '\0');
-  BN_bn2binpad(b, reinterpret_cast<unsigned char *>(out.data()), static_cast<int>(out.size()));
-  BN_free(b);
-  return out;
-}
-
-std::string sign(EVP_PKEY *k, const std::string &input) {
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  std::size_t n = 0;
-  EVP_DigestSignInit(ctx, nullptr, EVP_sha256(), nullptr, k);
-  EVP_DigestSign(ctx, nullptr, &n, reinterpret_cast<const unsigned char *>(input.data()), input.size());
-  std::string sig(n, '\0');
-  EVP_DigestSign(ctx, reinterpret_cast<unsigned char *>(sig.data()), &n,
-                 reinterpret_cast<const unsigned char *>(input.data()), input.size());
-  sig.resize(n);
-  EVP_MD_CTX_free(ctx);
-  return sig;
-}
+using namespace tnxtest::jwt;
 
 std::string token(const std::string &alg, const std::string &kid, EVP_PKEY *k, const std::string &secret) {
   const std::string claims = R"({"iss":"https://i.example","aud":"bench","sub":"alice","exp":)" +
                              std::to_string(std::time(nullptr) + 3600) + "}";
-  const std::string input = b64url(R"({"alg":")" + alg + R"(","kid":")" + kid + R"("})") + "." + b64url(claims);
-  std::string sig;
-  if (alg == "RS256") {
-    sig = sign(k, input);
-  } else if (alg == "ES256") {
-    const std::string der = sign(k, input);
-    const auto *p = reinterpret_cast<const unsigned char *>(der.data());
-    ECDSA_SIG *es = d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(der.size()));
-    sig.assign(64, '\0');
-    BN_bn2binpad(ECDSA_SIG_get0_r(es), reinterpret_cast<unsigned char *>(sig.data()), 32);
-    BN_bn2binpad(ECDSA_SIG_get0_s(es), reinterpret_cast<unsigned char *>(sig.data()) + 32, 32);
-    ECDSA_SIG_free(es);
-  } else {
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-         reinterpret_cast<const unsigned char *>(input.data()), input.size(), mac, &n);
-    sig.assign(reinterpret_cast<const char *>(mac), n);
-  }
-  return input + "." + b64url(sig);
+  return jws(R"({"alg":")" + alg + R"(","kid":")" + kid + R"("})", claims, alg, k, secret);
 }
 
 void run(const JwtAuth &auth, const char *name, const std::string &tok, double seconds, bool expect_ok) {
@@ -105,16 +43,13 @@ void run(const JwtAuth &auth, const char *name, const std::string &tok, double s
 
 int main(int argc, char **argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
-  EVP_PKEY *rsa = EVP_RSA_gen(2048);
-  EVP_PKEY *ec = EVP_EC_gen("P-256");
+  const Pkey rsa_owner = rsa_key(), ec_owner = ec_key();
+  EVP_PKEY *rsa = rsa_owner.get(), *ec = ec_owner.get();
   const std::string secret = "a-shared-secret-of-at-least-32-bytes!!";
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "jwt_bench_jwks.json";
   {
     std::ofstream f(file);
-    f << R"({"keys":[{"kty":"RSA","kid":"r1","n":")" << b64url(bn(rsa, OSSL_PKEY_PARAM_RSA_N)) << R"(","e":")"
-      << b64url(bn(rsa, OSSL_PKEY_PARAM_RSA_E)) << R"("},{"kty":"EC","crv":"P-256","kid":"e1","x":")"
-      << b64url(bn(ec, OSSL_PKEY_PARAM_EC_PUB_X, 32)) << R"(","y":")" << b64url(bn(ec, OSSL_PKEY_PARAM_EC_PUB_Y, 32))
-      << R"("},{"kty":"oct","kid":"h1","k":")" << b64url(secret) << R"("}]})";
+    f << R"({"keys":[)" << rsa_jwk(rsa, "r1") << "," << ec_jwk(ec, "e1") << "," << oct_jwk(secret, "h1") << "]}";
   }
   toolnexus::JwtOptions o;
   o.issuer = "https://i.example";
@@ -132,7 +67,5 @@ int main(int argc, char **argv) {
   run(auth, "ES256 (P-256) valid", token("ES256", "e1", ec, {}), seconds, true);
   run(auth, "HS256 valid", token("HS256", "h1", nullptr, secret), seconds, true);
   run(auth, "RS256 forged signature", forged, seconds, false);
-  EVP_PKEY_free(rsa);
-  EVP_PKEY_free(ec);
   return 0;
 }

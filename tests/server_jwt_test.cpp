@@ -7,6 +7,7 @@
 // v1.0 HTTP+JSON. A JWKS URL (a Poco HTTP server in this process) is
 // fetched again for an unknown kid, and no oftener than allowed.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "jwt_mint.hpp"
 #include "server_test_support.hpp"
 
 #include <Poco/Crypto/EVPPKey.h>
@@ -19,115 +20,18 @@
 #include <Poco/Net/HTTPServerRequest.h>
 #include <Poco/Net/HTTPServerResponse.h>
 #include <Poco/Net/ServerSocket.h>
-#include <openssl/bio.h>
-#include <openssl/core_names.h>
-#include <openssl/ecdsa.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/pem.h>
 #include <openssl/rsa.h>
 
 #include <fstream>
 #include <mutex>
 
 using namespace tnxtest;
+using namespace tnxtest::jwt;
 
 namespace {
 
 const std::string kIssuer = "https://login.example.test/realms/agents";
 const std::string kAudience = "toolnexus-api";
-
-std::string b64url(std::string_view bytes) {
-  static const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : bytes) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(abc[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(abc[(acc << (6 - bits)) & 63]);
-  return out;
-}
-
-using Pkey = std::shared_ptr<EVP_PKEY>;
-
-Pkey rsa_key() { return Pkey(EVP_RSA_gen(2048), EVP_PKEY_free); }
-Pkey ec_key() { return Pkey(EVP_EC_gen("P-256"), EVP_PKEY_free); }
-
-std::string bn_param(EVP_PKEY *k, const char *name, int pad = 0) {
-  BIGNUM *bn = nullptr;
-  REQUIRE(EVP_PKEY_get_bn_param(k, name, &bn) == 1);
-  std::string out(static_cast<std::size_t>(pad > 0 ? pad : BN_num_bytes(bn)), '\0');
-  BN_bn2binpad(bn, reinterpret_cast<unsigned char *>(out.data()), static_cast<int>(out.size()));
-  BN_free(bn);
-  return out;
-}
-
-std::string rsa_jwk(EVP_PKEY *k, const std::string &kid) {
-  return R"({"kty":"RSA","use":"sig","kid":)" + q(kid) + R"(,"n":")" + b64url(bn_param(k, OSSL_PKEY_PARAM_RSA_N)) +
-         R"(","e":")" + b64url(bn_param(k, OSSL_PKEY_PARAM_RSA_E)) + R"("})";
-}
-
-std::string ec_jwk(EVP_PKEY *k, const std::string &kid) {
-  return R"({"kty":"EC","crv":"P-256","kid":)" + q(kid) + R"(,"x":")" +
-         b64url(bn_param(k, OSSL_PKEY_PARAM_EC_PUB_X, 32)) + R"(","y":")" +
-         b64url(bn_param(k, OSSL_PKEY_PARAM_EC_PUB_Y, 32)) + R"("})";
-}
-
-std::string public_pem(EVP_PKEY *k) {
-  BIO *bio = BIO_new(BIO_s_mem());
-  PEM_write_bio_PUBKEY(bio, k);
-  char *data = nullptr;
-  const long n = BIO_get_mem_data(bio, &data);
-  std::string out(data, static_cast<std::size_t>(n));
-  BIO_free(bio);
-  return out;
-}
-
-std::string evp_sign(EVP_PKEY *k, std::string_view input) {
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  std::size_t n = 0;
-  REQUIRE(EVP_DigestSignInit(ctx, nullptr, EVP_sha256(), nullptr, k) == 1);
-  REQUIRE(EVP_DigestSign(ctx, nullptr, &n, reinterpret_cast<const unsigned char *>(input.data()), input.size()) == 1);
-  std::string sig(n, '\0');
-  REQUIRE(EVP_DigestSign(ctx, reinterpret_cast<unsigned char *>(sig.data()), &n,
-                         reinterpret_cast<const unsigned char *>(input.data()), input.size()) == 1);
-  sig.resize(n);
-  EVP_MD_CTX_free(ctx);
-  return sig;
-}
-
-// A compact JWS of `header` and `payload` (JSON texts): "RS256" / "ES256"
-// with `key`, "HS256" with `secret`, "none" unsigned.
-std::string jws(const std::string &header, const std::string &payload, const std::string &alg, EVP_PKEY *key,
-                const std::string &secret = {}) {
-  const std::string input = b64url(header) + "." + b64url(payload);
-  std::string sig;
-  if (alg == "RS256") {
-    sig = evp_sign(key, input);
-  } else if (alg == "ES256") {
-    const std::string der = evp_sign(key, input);
-    const auto *p = reinterpret_cast<const unsigned char *>(der.data());
-    ECDSA_SIG *es = d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(der.size()));
-    REQUIRE(es != nullptr);
-    sig.assign(64, '\0');
-    BN_bn2binpad(ECDSA_SIG_get0_r(es), reinterpret_cast<unsigned char *>(sig.data()), 32);
-    BN_bn2binpad(ECDSA_SIG_get0_s(es), reinterpret_cast<unsigned char *>(sig.data()) + 32, 32);
-    ECDSA_SIG_free(es);
-  } else if (alg == "HS256") {
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-         reinterpret_cast<const unsigned char *>(input.data()), input.size(), mac, &n);
-    sig.assign(reinterpret_cast<const char *>(mac), n);
-  }
-  return input + "." + b64url(sig);
-}
 
 int64_t now_s() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

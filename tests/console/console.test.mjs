@@ -15,12 +15,12 @@
 // Env: TNX_BIN (the toolnexus program), TNX_CHROMIUM, TNX_SHOTS.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import puppeteer from "puppeteer-core";
 import { startFakeModel } from "./fake_model.mjs";
+import { startServe, stopServe } from "./serve.mjs";
 
 const TOKEN = "console-test-token";
 const WAIT = { timeout: 20000, polling: 100 };
@@ -29,30 +29,14 @@ let model, server, base, browser, page;
 const problems = [];      // page errors and CSP violations
 const subscribes = [];    // request headers of every SubscribeToTask the page sent
 
-// Starts the server (port 0 = a free one); resolves with its base URL.
+// Starts the server (port 0 = a free one); resolves with {proc, url}.
 function startServer(port) {
-  const cfg = path.join(tmp, "serve.json");
-  const proc = spawn(process.env.TNX_BIN, ["serve", "--config", cfg, "--listen", "127.0.0.1:" + port, "--console",
+  return startServe(["--config", path.join(tmp, "serve.json"), "--listen", "127.0.0.1:" + port, "--console",
     "--auth-tokens", path.join(tmp, "tokens.json"), "--drain-timeout-ms", "200", "--stream-keepalive-ms", "1000"],
-  { env: { ...process.env, DEMO_API_KEY: "not-a-real-key" }, stdio: ["ignore", "pipe", "pipe"] });
-  let err = "";
-  proc.stderr.on("data", (d) => { err += d; });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    proc.stdout.on("data", (d) => {
-      out += d;
-      const m = /^listening on (http:\/\/[^/]+\/)/m.exec(out);
-      if (m) resolve({ proc, url: m[1] });
-    });
-    proc.on("exit", (code) => reject(new Error("toolnexus serve exited " + code + ": " + err)));
-  });
+  { ...process.env, DEMO_API_KEY: "not-a-real-key" });
 }
 
-async function stopServer(s) {
-  const gone = new Promise((resolve) => s.proc.on("exit", resolve));
-  s.proc.kill("SIGTERM");
-  await gone;
-}
+const stopServer = stopServe;
 
 async function api(method, p, body) {
   const headers = { Authorization: "Bearer " + TOKEN, "A2A-Version": "1.0" };

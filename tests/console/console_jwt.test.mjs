@@ -9,12 +9,12 @@
 // Env: TNX_BIN (the toolnexus program), TNX_CHROMIUM.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import puppeteer from "puppeteer-core";
+import { startServe, stopServe } from "./serve.mjs";
 
 const WAIT = { timeout: 20000, polling: 100 };
 const ISSUER = "https://login.example.test";
@@ -34,19 +34,8 @@ function jwt(sub, seconds) {
 }
 
 function startServer() {
-  const proc = spawn(process.env.TNX_BIN, ["serve", "--config", path.join(tmp, "serve.json"),
-    "--listen", "127.0.0.1:0", "--console", "--drain-timeout-ms", "200"], { stdio: ["ignore", "pipe", "pipe"] });
-  let err = "";
-  proc.stderr.on("data", (d) => { err += d; });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    proc.stdout.on("data", (d) => {
-      out += d;
-      const m = /^listening on (http:\/\/[^/]+\/)/m.exec(out);
-      if (m) resolve({ proc, url: m[1] });
-    });
-    proc.on("exit", (code) => reject(new Error("toolnexus serve exited " + code + ": " + err)));
-  });
+  return startServe(["--config", path.join(tmp, "serve.json"), "--listen", "127.0.0.1:0", "--console",
+    "--drain-timeout-ms", "200"]);
 }
 
 // A Task of `who` (its text names the owner); resolves with its id.
@@ -91,11 +80,7 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  if (server) {
-    const gone = new Promise((resolve) => server.proc.on("exit", resolve));
-    server.proc.kill("SIGTERM");
-    await gone;
-  }
+  if (server) await stopServe(server);
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 

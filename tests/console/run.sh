@@ -24,7 +24,7 @@ echo "run.sh: node $("$node" --version) ($node), $("$chromium" --version 2>/dev/
 
 work="$build/console-test"
 mkdir -p "$work"
-cp "$here/console.test.mjs" "$here/console_jwt.test.mjs" "$here/fake_model.mjs" "$here/sse.test.mjs" "$work/"
+cp "$here/console.test.mjs" "$here/console_jwt.test.mjs" "$here/serve.mjs" "$here/fake_model.mjs" "$here/sse.test.mjs" "$work/"
 if ! cmp -s "$here/package-lock.json" "$work/package-lock.json" || [ ! -d "$work/node_modules" ]; then
   cp "$here/package.json" "$here/package-lock.json" "$work/"
   (cd "$work" && npm ci --no-audit --no-fund --loglevel=error) >&2
