@@ -51,7 +51,7 @@ struct Options {
           error = a + " needs a value";
           return;
         }
-        values[a] = argv[++i];
+        values[a].push_back(argv[++i]);
       } else {
         error = "unknown option '" + a + "'";
         return;
@@ -61,14 +61,20 @@ struct Options {
   bool flag(const std::string &f) const {
     return std::find(flags_set.begin(), flags_set.end(), f) != flags_set.end();
   }
+  /// The value of valued option `k` (the last one given), or nullptr.
   const std::string *value(const std::string &k) const {
     auto it = values.find(k);
-    return it == values.end() ? nullptr : &it->second;
+    return it == values.end() ? nullptr : &it->second.back();
+  }
+  /// Every value of a repeatable option `k`, in order (empty: none given).
+  std::vector<std::string> all(const std::string &k) const {
+    auto it = values.find(k);
+    return it == values.end() ? std::vector<std::string>{} : it->second;
   }
 
   std::vector<std::string> positional;
   std::vector<std::string> flags_set;
-  std::map<std::string, std::string> values;
+  std::map<std::string, std::vector<std::string>> values;
   bool help = false;
   std::string error;
 };

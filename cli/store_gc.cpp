@@ -2,6 +2,7 @@
 // (toolnexus/retention.hpp collect_expired): deletes the terminal Tasks past
 // their keep time and ends the waiting ones past their wait, as a server
 // with the same policy would, with a progress line on stderr.
+#include "options.hpp"
 #include "retention_config.hpp"
 #include "store_common.hpp"
 
@@ -47,34 +48,19 @@ int gc_usage(const std::string &msg) {
 }  // namespace
 
 int run_gc(int argc, char **argv) {
-  std::string selector, config;
-  std::vector<std::string> rules, states;
-  std::string older_than;
-  bool dry_run = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--help" || a == "-h") {
-        std::cout << kGcHelp;
-        return 0;
-      } else if (a == "--dry-run") dry_run = true;
-      else if (a == "--config") config = next();
-      else if (a == "--retention") rules.push_back(next());
-      else if (a == "--older-than") older_than = next();
-      else if (a == "--state") states.push_back(next());
-      else if (a == "--plugin-dir") PluginRegistry::global().add_directory(next());
-      else if (a == "--allow-insecure-plugins") PluginRegistry::global().allow_insecure(true);
-      else if (!a.empty() && a[0] == '-') return gc_usage("unknown option '" + a + "'");
-      else if (selector.empty()) selector = a;
-      else return gc_usage("gc takes one SELECTOR, got '" + selector + "' and '" + a + "'");
-    } catch (const std::invalid_argument &e) {
-      return gc_usage(e.what());
-    }
+  const Options o(argc, argv, {"--dry-run"}, {"--config", "--retention", "--older-than", "--state"});
+  if (o.help) {
+    std::cout << kGcHelp;
+    return 0;
   }
+  if (!o.error.empty()) return gc_usage(o.error);
+  if (o.positional.size() > 1)
+    return gc_usage("gc takes one SELECTOR, got '" + o.positional[0] + "' and '" + o.positional[1] + "'");
+  std::string selector = o.positional.empty() ? "" : o.positional[0];
+  const std::string config = o.value("--config") ? *o.value("--config") : "";
+  const std::string older_than = o.value("--older-than") ? *o.value("--older-than") : "";
+  const std::vector<std::string> rules = o.all("--retention"), states = o.all("--state");
+  const bool dry_run = o.flag("--dry-run");
   RetentionOptions policy;
   try {
     if (!config.empty()) {

@@ -8,6 +8,7 @@
 // batches (sqlite:, postgresql:), Task by Task otherwise. Resumable: with --checkpoint FILE the list cursor after each
 // finished page is kept in FILE (written atomically), and a run killed
 // halfway and started again goes on from there; FILE is removed at the end.
+#include "options.hpp"
 #include "store_common.hpp"
 
 #include "toolnexus/registry.hpp"
@@ -79,32 +80,25 @@ void write_checkpoint(const std::string &path, const std::string &cursor, uint64
 }  // namespace
 
 int run_rekey(int argc, char **argv) {
-  std::string selector, checkpoint;
+  const Options o(argc, argv, {}, {"--checkpoint", "--page"});
+  if (o.help) {
+    std::cout << kRekeyHelp;
+    return 0;
+  }
+  if (!o.error.empty()) return rekey_usage(o.error);
+  if (o.positional.size() > 1)
+    return rekey_usage("rekey takes one SELECTOR, got '" + o.positional[0] + "' and '" + o.positional[1] + "'");
+  const std::string selector = o.positional.empty() ? "" : o.positional[0];
+  const std::string checkpoint = o.value("--checkpoint") ? *o.value("--checkpoint") : "";
   uint32_t page = 200;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
+  if (const std::string *v = o.value("--page")) {
+    unsigned long n = 0;
     try {
-      if (a == "--help" || a == "-h") {
-        std::cout << kRekeyHelp;
-        return 0;
-      } else if (a == "--checkpoint") checkpoint = next();
-      else if (a == "--page") {
-        const std::string v = next();
-        const unsigned long n = std::stoul(v);
-        if (n < 1 || n > 1000) throw std::invalid_argument("--page " + v + ": expected 1..1000");
-        page = static_cast<uint32_t>(n);
-      } else if (a == "--plugin-dir") PluginRegistry::global().add_directory(next());
-      else if (a == "--allow-insecure-plugins") PluginRegistry::global().allow_insecure(true);
-      else if (!a.empty() && a[0] == '-') return rekey_usage("unknown option '" + a + "'");
-      else if (selector.empty()) selector = a;
-      else return rekey_usage("rekey takes one SELECTOR, got '" + selector + "' and '" + a + "'");
-    } catch (const std::logic_error &e) {
-      return rekey_usage(e.what());
+      n = std::stoul(*v);
+    } catch (const std::logic_error &) {
     }
+    if (n < 1 || n > 1000) return rekey_usage("--page " + *v + ": expected 1..1000");
+    page = static_cast<uint32_t>(n);
   }
   if (selector.empty()) return rekey_usage("no store: give SELECTOR");
 
