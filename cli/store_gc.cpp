@@ -38,7 +38,8 @@ const char *kGcHelp =
     "  DURATION: a whole number with a unit: ms, s, m, h, d (30d, 2h, 250ms)\n"
     "  Prints a progress line on stderr about once a second, then a summary on stdout:\n"
     "  \"deleted N Task(s), expired M waiting Task(s), read R record(s)\".\n"
-    "  Exit 0; 2 on a usage error, a bad policy or a store error.\n";
+    "  Exit 0; 1 when some records could not be read (each named on stderr, left as they are;\n"
+    "  the others were collected); 2 on a usage error, a bad policy or a store error.\n";
 
 int gc_usage(const std::string &msg) {
   std::cerr << "toolnexus store gc: " << msg << "\n" << kGcHelp;
@@ -129,6 +130,11 @@ int run_gc(int argc, char **argv) {
     else
       std::cout << "deleted " << c.deleted << " Task(s), expired " << c.expired << " waiting Task(s), read " << c.read
                 << " record(s)\n";
+    if (c.unreadable > 0) {
+      std::cerr << "toolnexus store gc: " << c.unreadable
+                << " record(s) could not be read and were left (named above; `toolnexus store check` reports them)\n";
+      return 1;
+    }
   } catch (const std::exception &e) {
     std::cerr << "toolnexus store gc: " << e.what() << "\n";
     for (const PluginFailure &f : PluginRegistry::global().failures())

@@ -117,6 +117,33 @@ TEST_CASE("store gc --older-than and --state") {
   CHECK(state(sel, "old-auth") == "canceled");
 }
 
+TEST_CASE("store gc names each record it cannot read, leaves it, collects the rest and exits 1") {
+  const fs::path dir = tnx_test::temp_dir("tnx-gc-unreadable");
+  // Under encrypt, whose records bind their owner: one given another owner
+  // in the file cannot be opened (corrupt), and its state and time still
+  // list it as due.
+  ::setenv("TNX_GC_KEY", "k1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", 1);
+  const std::string sel = "encrypt:env=TNX_GC_KEY;sqlite:" + (dir / "t.db").string();
+  {
+    auto s = resolve_store(sel);
+    s->save(task("old-done", "completed", 40 * kDay));
+    s->save(task("old-broken", "completed", 40 * kDay));
+    s->close();
+  }
+  const std::string sql = "UPDATE tnx_tasks SET owner = 'mallory' WHERE id = 'old-broken';";
+  REQUIRE(std::system(("sqlite3 " + tnx_test::sh_quote((dir / "t.db").string()) + " " + tnx_test::sh_quote(sql))
+                          .c_str()) == 0);
+  Run r = run({"store", "gc", sel, "--older-than", "30d"});
+  CHECK(r.code == 1);
+  CHECK(r.out == "deleted 1 Task(s), expired 0 waiting Task(s), read 2 record(s)\n");
+  CHECK_MESSAGE(r.err.find("Task 'old-broken' cannot be read, left as it is") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("1 record(s) could not be read and were left") != std::string::npos, r.err);
+  CHECK_FALSE(has(sel, "old-done"));
+  Run check = run({"store", "check", sel});
+  CHECK(check.code == 1);
+  CHECK(check.out.find("BAD old-broken") != std::string::npos);
+}
+
 TEST_CASE("store gc and serve refuse bad rules, naming the key and the value") {
   const fs::path dir = tnx_test::temp_dir("tnx-gc-bad");
   const std::string sel = make_store(dir);

@@ -14,6 +14,11 @@ GcCounts collect_expired(TaskStore &store, const RetentionOptions &policy, bool 
   hooks.dry_run = dry_run;
   hooks.progress = progress;
   hooks.warn = warn;
+  if (warn)
+    hooks.unreadable = [&warn](const TaskRecord &rec) {
+      warn("Task '" + rec.id + "' cannot be read, left as it is" +
+           (rec.problem.empty() ? std::string() : ": " + rec.problem));
+    };
   // An expired Task is saved with the due time a server with this policy
   // would record (its push deliveries, its next retention deadline).
   hooks.due_of = [&policy](const Task &t) { return task_due_us(t, policy); };

@@ -92,6 +92,9 @@ struct GcCounts {
   /// compare-and-set delete or save lost: someone else resumed, expired or
   /// deleted it), or a delete or save that failed.
   uint64_t skipped = 0;
+  /// Of those skipped: records that cannot be read (corrupt, or sealed with
+  /// a key not held), left as they are.
+  uint64_t unreadable = 0;
 };
 
 /// `toolnexus store gc`: one pass over `store` by status time (no due
@@ -101,7 +104,8 @@ struct GcCounts {
 /// version read: safe while servers run on the store). `dry_run`: counts
 /// only. `progress` (may be empty) is called every 1000 records read and at
 /// the end. `warn` (may be empty) gets a line naming a Task whose delete or
-/// save failed (the pass goes on; it is counted as skipped). Throws
+/// save failed, or whose record cannot be read (left as it is; counted in
+/// GcCounts::unreadable); the pass goes on. Throws
 /// StoreError when a list fails (what was done stays done).
 GcCounts collect_expired(TaskStore &store, const RetentionOptions &policy, bool dry_run,
                          const std::function<void(const GcCounts &)> &progress,

@@ -171,6 +171,8 @@ void handle(TaskStore &store, const RetentionOptions &policy, TaskRecord &rec, i
             const RetentionHooks &hooks, GcCounts &c) {
   if (rec.version == 0 || rec.status_time_us == kNoTime) {  // unreadable: `store check` reports it
     ++c.skipped;
+    ++c.unreadable;
+    if (hooks.unreadable) hooks.unreadable(rec);
     return;
   }
   if (auto keep = policy.keep_ms.find(rec.state); keep != policy.keep_ms.end()) {

@@ -51,6 +51,12 @@ struct RetentionHooks {
   /// A Task's delete or save failed (the text names it and why); the
   /// sweep went on.
   std::function<void(const std::string &text)> warn;
+  /// A record the list delivered that cannot be read (corrupt, or sealed
+  /// with a key not held: TaskRecord::problem says why); it is left as it
+  /// is and counted in GcCounts::unreadable (empty: counted only; the
+  /// server's sweeps, which would meet it again every time, leave it to
+  /// `toolnexus store check`).
+  std::function<void(const TaskRecord &rec)> unreadable;
   /// Polled between pages: true stops the sweep (the server stopping).
   std::function<bool()> stop;
 };
