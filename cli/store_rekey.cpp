@@ -38,11 +38,15 @@ const char *kRekeyHelp =
     "                     and started again with the same FILE goes on from there; FILE is\n"
     "                     removed when the rekey completes\n"
     "  --page N           Tasks per page (1..1000, default 200)\n"
+    "  A checkpoint names the store it was made for: another store's is refused. A record that\n"
+    "  cannot be read (corrupt, or sealed with a key not given) is named on stderr and left as\n"
+    "  it is; the rest are re-saved.\n"
     "  Prints a progress line on stderr about once a second, then on stdout:\n"
-    "  \"re-saved N Task(s), skipped M changed meanwhile, in S s (R Tasks/s)\".\n"
-    "  Exit 0; 2 on a usage error or a store error (a record that cannot be read is named).\n";
+    "  \"re-saved N Task(s), skipped M changed meanwhile[, U unreadable], in S s (R Tasks/s)\".\n"
+    "  Exit 0; 1 when some records could not be read (each named; the checkpoint is removed all\n"
+    "  the same); 2 on a usage error or a store error.\n";
 
-const char *kCheckpointMagic = "toolnexus store rekey checkpoint 1";
+const char *kCheckpointMagic = "toolnexus store rekey checkpoint 2";
 
 int rekey_usage(const std::string &msg) {
   std::cerr << "toolnexus store rekey: " << msg << "\n" << kRekeyHelp;
@@ -50,12 +54,18 @@ int rekey_usage(const std::string &msg) {
 }
 
 // The cursor and count a checkpoint file holds; false when there is none.
-bool read_checkpoint(const std::string &path, std::string &cursor, uint64_t &done) {
+// Throws when it is not one, or was made for another store than `selector`.
+bool read_checkpoint(const std::string &path, const std::string &selector, std::string &cursor, uint64_t &done) {
   std::ifstream in(path);
   if (!in) return false;
-  std::string magic, count;
-  if (!std::getline(in, magic) || magic != kCheckpointMagic || !std::getline(in, cursor) || !std::getline(in, count))
-    throw std::runtime_error("checkpoint file '" + path + "' is not a rekey checkpoint (remove it to start over)");
+  std::string magic, of, count;
+  if (!std::getline(in, magic) || magic != kCheckpointMagic || !std::getline(in, of) || !std::getline(in, cursor) ||
+      !std::getline(in, count))
+    throw std::runtime_error("checkpoint file '" + path + "' is not a rekey checkpoint of this version (remove it "
+                             "to start over)");
+  if (of != selector)
+    throw std::runtime_error("checkpoint file '" + path + "' belongs to a rekey of '" + of + "', not of '" + selector +
+                             "' (finish that one with its selector, or remove the file to start over)");
   try {
     done = std::stoull(count);
   } catch (const std::exception &) {
@@ -66,9 +76,10 @@ bool read_checkpoint(const std::string &path, std::string &cursor, uint64_t &don
 
 // Replaces the checkpoint atomically (write, fsync, rename): a kill leaves
 // the old one or the new one.
-void write_checkpoint(const std::string &path, const std::string &cursor, uint64_t done) {
+void write_checkpoint(const std::string &path, const std::string &selector, const std::string &cursor, uint64_t done) {
   const std::string tmp = path + ".tmp";
-  const std::string text = std::string(kCheckpointMagic) + "\n" + cursor + "\n" + std::to_string(done) + "\n";
+  const std::string text =
+      std::string(kCheckpointMagic) + "\n" + selector + "\n" + cursor + "\n" + std::to_string(done) + "\n";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw std::runtime_error("cannot write checkpoint file '" + tmp + "'");
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
@@ -105,10 +116,10 @@ int run_rekey(int argc, char **argv) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last = start;
-  uint64_t saved = 0, skipped = 0, before = 0;
+  uint64_t saved = 0, skipped = 0, unreadable = 0, before = 0;
   try {
     std::string cursor;
-    if (!checkpoint.empty() && read_checkpoint(checkpoint, cursor, before))
+    if (!checkpoint.empty() && read_checkpoint(checkpoint, selector, cursor, before))
       std::cerr << "rekey: resuming after " << before << " Task(s) (checkpoint '" << checkpoint << "')" << std::endl;
     // Read-only first: a mistyped selector is "no store at ...", not a new
     // empty store.
@@ -120,12 +131,27 @@ int run_rekey(int argc, char **argv) {
       ListQuery q;
       q.page_size = page;
       q.cursor = cursor;
+      q.deliver_corrupt = true;  // named and left, not the end of the rekey
       const ListPage p = store->list(q);
       std::vector<Task> tasks;
       std::vector<BatchItem> items;
       tasks.reserve(p.records.size());
       for (const TaskRecord &r : p.records) {
-        tasks.push_back(Task::parse_stored(r.json));
+        std::string problem = r.problem;
+        if (problem.empty() && r.version == 0) problem = "the store cannot decode it";
+        if (problem.empty()) {
+          try {
+            tasks.push_back(Task::parse_stored(r.json));
+          } catch (const std::exception &e) {
+            problem = e.what();
+          }
+        }
+        if (!problem.empty()) {
+          ++unreadable;
+          std::cerr << "toolnexus store rekey: skipped unreadable record '" << printable(r.id)
+                    << "', left as it is: " << printable(problem) << std::endl;
+          continue;
+        }
         BatchItem it;
         it.options.expected_version = r.version;
         it.options.owner = r.owner;
@@ -159,10 +185,11 @@ int run_rekey(int argc, char **argv) {
       }
       if (Clock::now() - last >= std::chrono::seconds(1)) {
         last = Clock::now();
-        std::cerr << "rekey: " << before + saved + skipped << " of " << total << " Task(s)" << std::endl;
+        std::cerr << "rekey: " << before + saved + skipped + unreadable << " of " << total << " Task(s)" << std::endl;
       }
       cursor = p.next_cursor;
-      if (!checkpoint.empty() && !cursor.empty()) write_checkpoint(checkpoint, cursor, before + saved + skipped);
+      if (!checkpoint.empty() && !cursor.empty())
+        write_checkpoint(checkpoint, selector, cursor, before + saved + skipped + unreadable);
     } while (!cursor.empty());
     store->close();
     if (!checkpoint.empty()) std::remove(checkpoint.c_str());
@@ -175,8 +202,10 @@ int run_rekey(int argc, char **argv) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   char rate[64];
   std::snprintf(rate, sizeof rate, "%.1f s (%.0f Tasks/s)", secs, secs > 0 ? static_cast<double>(saved) / secs : 0.0);
-  std::cout << "re-saved " << saved << " Task(s), skipped " << skipped << " changed meanwhile, in " << rate << "\n";
-  return 0;
+  std::cout << "re-saved " << saved << " Task(s), skipped " << skipped << " changed meanwhile"
+            << (unreadable > 0 ? ", " + std::to_string(unreadable) + " unreadable (named above)" : std::string()) << ", in "
+            << rate << "\n";
+  return unreadable > 0 ? 1 : 0;
 }
 
 }  // namespace toolnexus::cli::store_detail

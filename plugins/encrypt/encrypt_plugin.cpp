@@ -253,7 +253,10 @@ class EncryptStore final : public sdk::Store {
       try {
         json = unseal(r);
       } catch (const Error &e) {
-        if (!deliver_corrupt || e.code != TNX_ECORRUPT) throw;
+        // Corrupt, or sealed with a key not held / not the one named
+        // (TNX_EINVAL): this record's problem, told with it when the
+        // caller asks for such records, not the end of the list.
+        if (!deliver_corrupt || (e.code != TNX_ECORRUPT && e.code != TNX_EINVAL)) throw;
         tnx_task_record c = with_json(r, view(r.task_json));
         c.problem = sdk::str(e.message);
         c.context_id = c.state = tnx_str{};
