@@ -139,6 +139,14 @@ TEST_CASE("tampering with a sealed record reads as corrupt naming the Task") {
     CHECK_MESSAGE(m.find("'a'") != std::string::npos, m);
     CHECK_MESSAGE(m.find("rolled back") != std::string::npos, m);
   }
+  SUBCASE("bytes that are neither sealed nor JSON are said to be so (not 'stored unsealed')") {
+    sqlite_set_json(db, "a", "garbage");
+    auto s = open(sel);
+    const std::string m = get_error(*s, "a", Status::corrupt);
+    CHECK_MESSAGE(m.find("task 'a' is corrupt: its stored bytes are neither a sealed record nor a Task's JSON") !=
+                      std::string::npos,
+                  m);
+  }
   SUBCASE("untouched, every Task reads back whole") {
     auto s = open(sel);
     auto r = s->get("a");
@@ -262,6 +270,20 @@ TEST_CASE("selector errors name the decorator and what is wrong") {
   CHECK(error("encrypt:env=TNX_ENC_TEST_KEY,color=red;memory:").find("unknown option 'color'") != std::string::npos);
   CHECK(error("encrypt:env=TNX_ENC_TEST_KEY;nosuch:x").find("no plugin serves 'nosuch'") != std::string::npos);
   CHECK(error("encrypt:env=TNX_NO_SUCH_VAR_23;memory:").find("'TNX_NO_SUCH_VAR_23' is not set") != std::string::npos);
+  // Key text: what is wrong, said as it is (a '#' starts a comment anywhere).
+  const std::string hex64(64, 'a');
+  auto key_error = [&](const std::string &keys) {
+    setenv("TNX_ENC_KEYS_23", keys.c_str(), 1);
+    return error("encrypt:env=TNX_ENC_KEYS_23;memory:");
+  };
+  CHECK(key_error("k1:" + hex64 + "#the first key").empty());
+  CHECK(key_error("k1:" + hex64 + " # the first key\nk2:" + std::string(64, 'b')).empty());
+  CHECK(key_error("").find("'TNX_ENC_KEYS_23' is empty") != std::string::npos);
+  CHECK(key_error(std::string(33, 'k') + ":" + hex64).find("a key id of 33 characters") != std::string::npos);
+  CHECK(key_error("k1:" + hex64 + ":extra").find("found 70 characters, not all of them hex digits") !=
+        std::string::npos);
+  CHECK(key_error("k1:" + std::string(62, 'a')).find("must be 64 hex digits (32 bytes) after its ':', found 62") !=
+        std::string::npos);
 }
 
 TEST_CASE("decorators nest, up to a limit, and keep only the capabilities of both layers") {

@@ -290,6 +290,10 @@ class EncryptStore final : public sdk::Store {
     const std::string_view stored = view(r.task_json);
     Sealed s;
     if (!find_sealed(stored, view(r.id), s)) {
+      const size_t first = stored.find_first_not_of(" \t\r\n");
+      if (first == std::string_view::npos || stored[first] != '{')
+        throw Error(TNX_ECORRUPT, "encrypt: task " + quote(view(r.id)) +
+                                      " is corrupt: its stored bytes are neither a sealed record nor a Task's JSON");
       if (accept_plain_) return std::string(stored);
       throw Error(TNX_ECORRUPT, "encrypt: task " + quote(view(r.id)) +
                                     " is corrupt: it is stored unsealed in an encrypted store (open with "

@@ -46,21 +46,30 @@ std::vector<Key> parse_keys(std::string_view text, const std::string &where) {
       continue;
     }
     size_t e = i;
-    while (e < text.size() && text[e] != ' ' && text[e] != '\t' && text[e] != '\r' && text[e] != '\n') ++e;
+    // A token ends at a blank, a line end, or a '#' (a comment after it).
+    while (e < text.size() && text[e] != ' ' && text[e] != '\t' && text[e] != '\r' && text[e] != '\n' &&
+           text[e] != '#')
+      ++e;
     const std::string_view tok = text.substr(i, e - i);
     i = e;
     const std::string at = where + " line " + std::to_string(line);
     const size_t colon = tok.find(':');
-    if (colon == std::string_view::npos || colon == 0 || colon > 32)
+    if (colon != std::string_view::npos && colon > 32)
+      throw Error(TNX_EINVAL, "encrypt: " + at + ": a key id of " + std::to_string(colon) +
+                                  " characters; an id has 1..32 of A-Z a-z 0-9 _ . -");
+    if (colon == std::string_view::npos || colon == 0)
       throw Error(TNX_EINVAL, "encrypt: " + at + ": expected <id>:<64 hex digits> (an id of 1..32 of A-Z a-z 0-9 _ . -)");
     Key k;
     k.id = std::string(tok.substr(0, colon));
     for (char ch : k.id)
       if (!id_char(ch)) throw Error(TNX_EINVAL, "encrypt: " + at + ": key id " + sdk::quote(k.id) + " has a character outside A-Z a-z 0-9 _ . -");
     const std::string_view hex = tok.substr(colon + 1);
-    if (hex.size() != 64)
-      throw Error(TNX_EINVAL, "encrypt: " + at + ": key " + sdk::quote(k.id) + " has " + std::to_string(hex.size()) +
-                                  " hex digits, a key is 32 bytes (64 hex digits)");
+    bool all_hex = true;
+    for (char ch : hex) all_hex = all_hex && hexval(ch) >= 0;
+    if (hex.size() != 64 || !all_hex)
+      throw Error(TNX_EINVAL, "encrypt: " + at + ": key " + sdk::quote(k.id) + " must be 64 hex digits (32 bytes) after " +
+                                  "its ':', found " + std::to_string(hex.size()) + " characters" +
+                                  (all_hex ? "" : ", not all of them hex digits"));
     for (size_t j = 0; j < 32; ++j) {
       const int hi = hexval(hex[2 * j]), lo = hexval(hex[2 * j + 1]);
       if (hi < 0 || lo < 0) throw Error(TNX_EINVAL, "encrypt: " + at + ": key " + sdk::quote(k.id) + " is not hexadecimal");
@@ -85,7 +94,8 @@ KeyRing KeyRing::load(const std::string *key_file, const std::string *env_var) {
   if (env_var != nullptr) {
     r.source_ = "environment variable " + sdk::quote(*env_var);
     const char *v = std::getenv(env_var->c_str());
-    if (v == nullptr || v[0] == '\0') throw Error(TNX_EINVAL, "encrypt: " + r.source_ + " is not set (it holds the keys)");
+    if (v == nullptr) throw Error(TNX_EINVAL, "encrypt: " + r.source_ + " is not set (it must hold the keys)");
+    if (v[0] == '\0') throw Error(TNX_EINVAL, "encrypt: " + r.source_ + " is empty (it must hold the keys)");
     text = v;
   } else {
     r.source_ = "key file " + sdk::quote(*key_file, 4096);
