@@ -308,7 +308,13 @@ PushDeliverer::PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, cons
       policy_(options_.allow_targets),
       scheduler_(limits_of(options_), [this](const std::string &target, const std::string &id) {
         try {
-          return deliver(target, id);
+          const bool sent = deliver(target, id);
+          std::lock_guard<std::mutex> lock(store_retry_mu_);
+          store_retries_.erase(id);
+          return sent;
+        } catch (const StoreError &e) {
+          store_failed(target, id, e.what());
+          return true;  // the webhook is not at fault
         } catch (const std::exception &e) {
           log_.error("push delivery of Task '" + id + "' to " + target + " failed: " + e.what());
           return false;
@@ -316,6 +322,19 @@ PushDeliverer::PushDeliverer(TaskLifecycle &lifecycle, PushOptions options, cons
       }) {}
 
 PushDeliverer::~PushDeliverer() { stop(); }
+
+void PushDeliverer::store_failed(const std::string &target, const std::string &id, const std::string &what) {
+  int n = 0;
+  {
+    std::lock_guard<std::mutex> lock(store_retry_mu_);
+    n = ++store_retries_[id];
+  }
+  const double pause_ms =
+      std::min<double>(options_.backoff_max_ms, options_.backoff_initial_ms * std::pow(2.0, std::min(n - 1, 30)));
+  log_.warn("push delivery of Task '" + id + "' to " + target + ": the store failed (" + what + "); again in " +
+            std::to_string(static_cast<int64_t>(pause_ms)) + " ms");
+  scheduler_.schedule(target, id, Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(pause_ms)));
+}
 
 void PushDeliverer::start() {
   if (started_) return;

@@ -26,7 +26,10 @@
 // retried with exponential backoff (attempts, nextAttemptAt saved in the
 // config, so a restart or another replica carries on); after max_attempts
 // or give_up_after_ms of failures the config is marked "gaveUp" (logged)
-// until its next new event. A sweep at start and every sweep_interval_ms
+// until its next new event. A delivery that the store failed under (reading
+// the Task or saving "delivered") is queued again after a pause, doubling
+// per Task while the store keeps failing (store_failed). A sweep at start
+// and every sweep_interval_ms
 // picks up deliveries that another process left unfinished: on a store
 // with a due index (TNX_CAP_DUE_INDEX) every save records when the Task's
 // next delivery is due (push_due_us, through LifecycleOptions::due_of), and
@@ -52,6 +55,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -152,12 +156,20 @@ class PushDeliverer {
   bool deliver(const std::string &target, const std::string &id);
   /// POSTs `body`; returns "" on a 2xx, else what went wrong.
   std::string post(const PushConfig &cfg, std::string_view task_id, const std::string &body);
+  /// The store failed while delivering Task `id` to `target` (not the
+  /// webhook's fault): the job runs again after a pause that doubles from
+  /// backoff_initial_ms to backoff_max_ms per Task while the store keeps
+  /// failing, not only at the next sweep.
+  void store_failed(const std::string &target, const std::string &id, const std::string &what);
 
   TaskLifecycle &lifecycle_;
   PushOptions options_;
   const Logger &log_;
   TargetPolicy policy_;
   PushScheduler scheduler_;
+
+  std::mutex store_retry_mu_;
+  std::map<std::string, int> store_retries_;  // Task id -> deliveries in a row the store failed
 
   std::mutex mu_;
   std::condition_variable sweep_cv_;  // the sweeper
