@@ -22,8 +22,10 @@
 #include <Poco/Net/ServerSocket.h>
 #include <openssl/rsa.h>
 
+#include <atomic>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 using namespace tnxtest;
 using namespace tnxtest::jwt;
@@ -108,6 +110,9 @@ class JwksServer {
     std::lock_guard<std::mutex> lock(mu_);
     down_ = down;
   }
+  /// Send the body a byte every 100 ms (a slow-drip server) until told
+  /// otherwise.
+  void drip(bool on) { drip_ = on; }
 
  private:
   struct Handler : Poco::Net::HTTPRequestHandler {
@@ -127,6 +132,15 @@ class JwksServer {
         return;
       }
       res.setContentType("application/json");
+      if (s_.drip_) {
+        res.setContentLength(static_cast<std::streamsize>(body.size()));
+        std::ostream &out = res.send();
+        for (std::size_t i = 0; i < body.size() && out; ++i) {
+          out.put(body[i]).flush();
+          if (s_.drip_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return;
+      }
       res.sendBuffer(body.data(), body.size());
     }
     JwksServer &s_;
@@ -144,6 +158,7 @@ class JwksServer {
   std::string body_ = R"({"keys":[]})";
   int gets_ = 0;
   bool down_ = false;
+  std::atomic<bool> drip_{false};
 };
 
 toolnexus::JwtOptions jwt_options() {
@@ -252,7 +267,25 @@ TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
     const std::string forged = t.substr(0, t.find('.')) + "." + b64url(bob.json()) + t.substr(t.rfind('.'));
     refused(forged, unverifiable);
     refused("not-a-jwt.at.all", "the token is not a well-formed JWT");
-    refused("unknown-static-token", "the token is not valid");
+    refused("unknown-static-token", "the token is not valid");  // a token file is in use: not told as a JWT's
+  }
+  SUBCASE("a name given twice, a kid or a date of the wrong type: not a well-formed JWT") {
+    const std::string malformed = "the token is not a well-formed JWT";
+    // Signed: only the shape is wrong. First-wins would read alg HS256 or
+    // sub alice where another validator reads none or bob.
+    refused(jws(R"({"alg":"HS256","alg":"none","kid":"h1"})", good.json(), "HS256", nullptr, keys.hmac), malformed);
+    Claims twice;
+    twice.extra = R"(,"sub":"bob")";
+    refused(keys.hs(twice), malformed);
+    refused(jws(R"({"alg":"HS256","kid":5})", good.json(), "HS256", nullptr, keys.hmac), malformed);
+    Claims nbf;
+    nbf.extra = R"(,"nbf":"x")";
+    refused(keys.hs(nbf), malformed);
+    nbf.extra = R"(,"nbf":null)";
+    refused(keys.hs(nbf), malformed);
+    Claims tenant;  // a tenant claim present binds only as a string; null is not "no tenant"
+    tenant.extra = R"(,"tenant":null)";
+    refused(keys.hs(tenant), not_accepted);
   }
   SUBCASE("the card declares bearer JWTs in both versions' shapes") {
     Connection c(port_of(server.url()));
@@ -403,6 +436,30 @@ TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per inte
     jwks.fail(false);
     std::this_thread::sleep_for(std::chrono::milliseconds(1100));
     CHECK(list_as(late, keys.rs(good)).status == 200);
+  }
+  SUBCASE("a malformed key in the fetched set is left out; the others are used, a removed one is not") {
+    // r1 is removed, r2 published beside a 1024-bit RSA key (malformed
+    // here: under 2048 bits): r2 works and r1 no longer does.
+    const Pkey weak = Pkey(EVP_RSA_gen(1024), EVP_PKEY_free);
+    jwks.set(R"({"keys":[)" + rsa_jwk(weak.get(), "weak") + "," + rsa_jwk(rotated.get(), "r2") + "]}");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    const std::string another = jws(header("RS256", "r3"), good.json(), "RS256", rotated.get());
+    CHECK(list_as(server, another).status == 401);  // unknown kid: makes the server fetch the set again
+    CHECK(list_as(server, new_kid).status == 200);
+    CHECK(list_as(server, keys.rs(good)).status == 401);
+  }
+  SUBCASE("a JWKS URL that answers a byte at a time is cut off at jwks_timeout_ms in all") {
+    jwks.drip(true);
+    auto o2 = test_options();
+    o2.jwt = jwt_options();
+    o2.jwt.jwks_url = jwks.url();
+    o2.jwt.jwks_timeout_ms = 1000;
+    const auto t0 = std::chrono::steady_clock::now();
+    toolnexus::ServerHandle slow = toolnexus::serve(o2);  // its start fetch
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_MESSAGE(s < 4.0, "the start waited " << s << " s for a dripping JWKS URL");
+    CHECK(list_as(slow, keys.rs(good)).status == 401);  // no keys: nothing verifies
+    jwks.drip(false);
   }
   SUBCASE("HS256 keys are never taken from a URL") {
     jwks.set(R"({"keys":[{"kty":"oct","kid":"h1","k":")" + b64url(keys.hmac) + R"("}]})");

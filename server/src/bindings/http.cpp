@@ -360,7 +360,9 @@ class Router {
       out.reply(std::move(r));
       return false;
     }
-    const char *why = "the token is not valid";
+    // Without a token file, every credential is meant as a JWT: one of
+    // another shape is "not a well-formed JWT", as the docs list.
+    const char *why = s_.auth->enabled() ? "the token is not valid" : jwt_failure_text(JwtFailure::malformed);
     if (s_.jwt != nullptr && std::count(credential->begin(), credential->end(), '.') == 2) {
       JwtResult r = s_.jwt->validate(*credential);
       if (r.identity) {

@@ -17,6 +17,7 @@
 #include <rapidjson/error/en.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 
@@ -141,7 +142,7 @@ std::string member_string(const rapidjson::Value &k, const char *name) {
 }  // namespace
 
 std::vector<Jwk> parse_jwks(std::string_view json, const std::vector<std::string> &allowed, bool allow_symmetric,
-                            const std::string &where, std::vector<std::string> *skipped) {
+                            bool skip_malformed, const std::string &where, std::vector<std::string> *skipped) {
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(), json.size());
   if (doc.HasParseError())
@@ -157,7 +158,19 @@ std::vector<Jwk> parse_jwks(std::string_view json, const std::vector<std::string
     const auto skip = [&](const std::string &why) {
       if (skipped != nullptr) skipped->push_back(name + " is not used: " + why);
     };
-    if (!k.IsObject()) throw std::invalid_argument(name + " is not an object");
+    // A malformed key (not an object, a member missing or bad, an RSA key
+    // under 2048 bits, an EC point off the curve): in a file the operator
+    // wrote, an error at start; in a set fetched from an issuer, that key
+    // is left out and the others are used (one bad key must not stall a
+    // rotation or keep a removed key trusted).
+    const auto malformed = [&](const std::string &why) {
+      if (!skip_malformed) throw std::invalid_argument(why);
+      if (skipped != nullptr) skipped->push_back(why + " (left out; the other keys are used)");
+    };
+    if (!k.IsObject()) {
+      malformed(name + " is not an object");
+      continue;
+    }
     const std::string kty = member_string(k, "kty"), use = member_string(k, "use"), alg0 = member_string(k, "alg");
     if (!use.empty() && use != "sig") {
       skip("its use is \"" + use + "\", not \"sig\"");
@@ -197,12 +210,17 @@ std::vector<Jwk> parse_jwks(std::string_view json, const std::vector<std::string
       skip("its algorithm " + key.alg + " is not in algorithms");
       continue;
     }
-    if (key.alg == "RS256") key.pkey = r.rsa();
-    else if (key.alg == "ES256") key.pkey = r.ec_p256();
-    else {
-      key.secret = r.bytes("k");
-      if (key.secret.size() < 32)
-        throw std::invalid_argument(name + ": an HS256 secret needs at least 32 bytes (RFC 7518 section 3.2)");
+    try {
+      if (key.alg == "RS256") key.pkey = r.rsa();
+      else if (key.alg == "ES256") key.pkey = r.ec_p256();
+      else {
+        key.secret = r.bytes("k");
+        if (key.secret.size() < 32)
+          throw std::invalid_argument(name + ": an HS256 secret needs at least 32 bytes (RFC 7518 section 3.2)");
+      }
+    } catch (const std::invalid_argument &e) {
+      malformed(e.what());
+      continue;
     }
     out.push_back(std::move(key));
   }
@@ -228,18 +246,35 @@ std::string fetch_url(const std::string &url, int timeout_ms, std::size_t max_by
       session = std::make_unique<Poco::Net::HTTPClientSession>(uri.getHost(), uri.getPort());
     }
     session->setTimeout(timeout, timeout, timeout);
+    // The whole fetch, not only each read, within timeout_ms: a server
+    // that sends a byte now and then is cut off.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    const auto past_deadline = [&] {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("the JWKS URL " + url + " did not answer in full within " +
+                                 std::to_string(timeout_ms) + " ms");
+    };
     Poco::Net::HTTPRequest req(Poco::Net::HTTPRequest::HTTP_GET, uri.getPathAndQuery(),
                                Poco::Net::HTTPMessage::HTTP_1_1);
     req.set("Accept", "application/jwk-set+json, application/json");
     session->sendRequest(req);
     Poco::Net::HTTPResponse res;
     std::istream &in = session->receiveResponse(res);
+    past_deadline();
     if (res.getStatus() != Poco::Net::HTTPResponse::HTTP_OK)
       throw std::runtime_error("the JWKS URL " + url + " answered HTTP " + std::to_string(res.getStatus()));
     std::string body;
     char buf[8192];
-    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-      body.append(buf, static_cast<std::size_t>(in.gcount()));
+    for (;;) {
+      // readsome() would not wait; one byte, then what is buffered, keeps
+      // each wait within the session's receive timeout and the loop
+      // checking the deadline.
+      const int c = in.get();
+      if (c == std::char_traits<char>::eof()) break;
+      body.push_back(static_cast<char>(c));
+      const std::streamsize more = in.readsome(buf, sizeof buf);
+      if (more > 0) body.append(buf, static_cast<std::size_t>(more));
+      past_deadline();
       if (body.size() > max_bytes)
         throw std::runtime_error("the JWKS at " + url + " is larger than " + std::to_string(max_bytes) + " bytes");
     }

@@ -38,16 +38,19 @@ struct Jwk {
 /// `allowed` (or is not RS256/ES256/HS256), whose kty/crv is not supported,
 /// or that are symmetric (kty oct) while `allow_symmetric` is false are left
 /// out, each with a line in `*skipped` (may be null) saying which and why.
-/// Throws std::invalid_argument, prefixed with `where`, when the document
-/// is not JSON or not {"keys": [...]}, or a supported key is malformed (a
-/// member missing or not base64url, an RSA modulus under 2048 bits, an EC
-/// point not on P-256): the message names the key by index and kid.
+/// A malformed key (not an object, a member missing or not base64url, an
+/// RSA modulus under 2048 bits, an EC point not on P-256) is left out the
+/// same way when `skip_malformed` (a set fetched from an issuer), else
+/// throws. Throws std::invalid_argument, prefixed with `where`, when the
+/// document is not JSON or not {"keys": [...]}: messages name the key by
+/// index and kid.
 std::vector<Jwk> parse_jwks(std::string_view json, const std::vector<std::string> &allowed, bool allow_symmetric,
-                            const std::string &where, std::vector<std::string> *skipped);
+                            bool skip_malformed, const std::string &where, std::vector<std::string> *skipped);
 
 /// GETs `url` (http:// or https://; TLS verified against the system CAs)
 /// and returns the body. Each of connect, send and receive is bounded by
-/// `timeout_ms`; bodies over `max_bytes` are refused. Throws
+/// `timeout_ms`, and so is the whole fetch (checked between reads); bodies
+/// over `max_bytes` are refused. Throws
 /// std::runtime_error naming the URL and the cause (refused, timed out, a
 /// status other than 200, too large).
 std::string fetch_url(const std::string &url, int timeout_ms, std::size_t max_bytes);

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,12 +20,29 @@ namespace {
 constexpr std::size_t kMaxJwksBytes = 1 << 20;
 constexpr std::size_t kMaxClaimBytes = 1024;
 
-// A JSON object from base64url `part`; false when it is not one.
+// A JSON object from base64url `part`; false when it is not one, or names
+// a member twice (RFC 7515 section 4 and RFC 7519 section 4 let a JWT with
+// duplicate names be refused; taking one copy would read it differently
+// from the issuer or another validator).
 bool decode_object(std::string_view part, rapidjson::Document &doc) {
   std::string json;
   if (part.empty() || !base64url_decode(part, json)) return false;
   doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(), json.size());
-  return !doc.HasParseError() && doc.IsObject();
+  if (doc.HasParseError() || !doc.IsObject()) return false;
+  std::set<std::string_view> names;
+  for (const auto &m : doc.GetObject())
+    if (!names.emplace(m.name.GetString(), m.name.GetStringLength()).second) return false;
+  return true;
+}
+
+// Whether member `name` is present but not of the type it must have.
+bool present_not_number(const rapidjson::Value &obj, const char *name) {
+  auto it = obj.FindMember(name);
+  return it != obj.MemberEnd() && (!it->value.IsNumber() || !std::isfinite(it->value.GetDouble()));
+}
+bool present_not_string(const rapidjson::Value &obj, const char *name) {
+  auto it = obj.FindMember(name);
+  return it != obj.MemberEnd() && !it->value.IsString();
 }
 
 std::optional<std::string_view> string_claim(const rapidjson::Value &obj, const std::string &name) {
@@ -101,7 +119,8 @@ JwtAuth::JwtAuth(JwtOptions o, const Logger &log) : o_(std::move(o)), log_(log) 
   check_jwt_options(o_, "auth.jwt");
   if (!o_.jwks_file.empty()) {
     std::vector<std::string> skipped;
-    auto keys = parse_jwks(read_file(o_.jwks_file), o_.algorithms, true, "the JWKS file " + o_.jwks_file, &skipped);
+    auto keys = parse_jwks(read_file(o_.jwks_file), o_.algorithms, true, false, "the JWKS file " + o_.jwks_file,
+                           &skipped);
     for (const std::string &s : skipped) log_.warn(s);
     if (keys.empty())
       throw std::invalid_argument("the JWKS file " + o_.jwks_file + " holds no key usable with auth.jwt.algorithms");
@@ -135,7 +154,7 @@ void JwtAuth::maybe_refresh(bool force) const {
   try {
     const std::string body = fetch_url(o_.jwks_url, o_.jwks_timeout_ms, kMaxJwksBytes);
     std::vector<std::string> skipped;
-    auto keys = parse_jwks(body, o_.algorithms, false, "the JWKS at " + o_.jwks_url, &skipped);
+    auto keys = parse_jwks(body, o_.algorithms, false, true, "the JWKS at " + o_.jwks_url, &skipped);
     for (const std::string &s : skipped) log_.warn(s);
     const std::size_t n = keys.size();
     {
@@ -178,7 +197,8 @@ JwtResult JwtAuth::validate(std::string_view token) const {
   if (dot2 == std::string_view::npos || token.find('.', dot2 + 1) != std::string_view::npos)
     return fail(JwtFailure::malformed, "not three dot-separated parts");
   rapidjson::Document header, claims;
-  if (!decode_object(token.substr(0, dot1), header)) return fail(JwtFailure::malformed, "the header is not JSON");
+  if (!decode_object(token.substr(0, dot1), header))
+    return fail(JwtFailure::malformed, "the header is not a JSON object with distinct member names");
   const auto alg = string_claim(header, "alg");
   if (!alg) return fail(JwtFailure::malformed, "the header has no alg");
   if (header.HasMember("crit"))
@@ -190,6 +210,7 @@ JwtResult JwtAuth::validate(std::string_view token) const {
   if (!base64url_decode(token.substr(dot2 + 1), sig) || sig.empty())
     return fail(JwtFailure::malformed, "the signature is not base64url");
   const std::string_view signing_input = token.substr(0, dot2);
+  if (present_not_string(header, "kid")) return fail(JwtFailure::malformed, "the header's kid is not a string");
   const auto kid = string_claim(header, "kid");
 
   // The key: by kid (fetching the set again, bounded, when the kid is
@@ -221,7 +242,9 @@ JwtResult JwtAuth::validate(std::string_view token) const {
 
   // Claims, only once the signature holds.
   if (!decode_object(token.substr(dot1 + 1, dot2 - dot1 - 1), claims))
-    return fail(JwtFailure::malformed, "the payload is not a JSON object");
+    return fail(JwtFailure::malformed, "the payload is not a JSON object with distinct member names");
+  if (present_not_number(claims, "exp") || present_not_number(claims, "nbf"))
+    return fail(JwtFailure::malformed, "exp or nbf is not a NumericDate (RFC 7519 section 2)");
   const double now =
       static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count());
@@ -256,7 +279,7 @@ JwtResult JwtAuth::validate(std::string_view token) const {
   id.principal = std::string(*principal);
   if (!o_.tenant_claim.empty()) {
     auto it = claims.FindMember(rapidjson::StringRef(o_.tenant_claim.data(), o_.tenant_claim.size()));
-    if (it != claims.MemberEnd() && !it->value.IsNull()) {
+    if (it != claims.MemberEnd()) {  // present: a string (null binds no tenant and is refused)
       if (!it->value.IsString() || it->value.GetStringLength() == 0 || it->value.GetStringLength() > kMaxClaimBytes)
         return fail(JwtFailure::not_accepted, "the tenant claim " + o_.tenant_claim + " is not a string of 1 to " +
                                                   std::to_string(kMaxClaimBytes) + " bytes");

@@ -48,7 +48,20 @@ void Logger::log(LogLevel level, std::string_view text) const {
   line += " toolnexus[";
   line += level_name(level);
   line += "] ";
-  line += text;
+  // One line per call, whatever the text holds: a control byte (a client's
+  // header or token may put one in a message) is written as \xHH, so that
+  // no input can forge a line of its own or drive the terminal.
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f) {
+      static const char *hex = "0123456789abcdef";
+      line += "\\x";
+      line += hex[u >> 4];
+      line += hex[u & 15];
+    } else {
+      line += ch;
+    }
+  }
   line += '\n';
   std::lock_guard<std::mutex> lock(stderr_mutex());
   std::fwrite(line.data(), 1, line.size(), stderr);

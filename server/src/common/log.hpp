@@ -17,8 +17,9 @@ class Logger {
   Logger(LogLevel level, LogSink sink);
   /// True when a line at `level` would be written.
   bool enabled(LogLevel level) const noexcept { return level == LogLevel::error || level <= level_; }
-  /// Writes "<time> toolnexus[<level>] <text>" (stderr) or passes `text` to
-  /// the sink.
+  /// Writes "<time> toolnexus[<level>] <text>" (stderr, control bytes of
+  /// `text` as \xHH: one line whatever it holds) or passes `text` to the
+  /// sink as it is (a sink that writes lines escapes it itself).
   void log(LogLevel level, std::string_view text) const;
   void error(std::string_view text) const { log(LogLevel::error, text); }
   void warn(std::string_view text) const { log(LogLevel::warn, text); }

@@ -636,6 +636,7 @@ struct HttpReactor::Impl : std::enable_shared_from_this<HttpReactor::Impl> {
     Poco::Net::HTTPResponse r(c.http10 ? Poco::Net::HTTPMessage::HTTP_1_0 : Poco::Net::HTTPMessage::HTTP_1_1,
                               static_cast<Poco::Net::HTTPResponse::HTTPStatus>(reply.status));
     r.setStatusAndReason(static_cast<Poco::Net::HTTPResponse::HTTPStatus>(reply.status));
+    if (reply.status == 308) r.setReason("Permanent Redirect");  // RFC 9110 15.4.9; Poco 1.12 has no phrase for it
     if (!reply.content_type.empty()) r.setContentType(reply.content_type);
     for (auto &[name, value] : reply.headers) r.set(name, value);
     // 304 and 204 end at their header block (RFC 9110 sections 15.4.5,
