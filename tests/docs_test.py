@@ -52,6 +52,7 @@ usage: docs_test.py BUILD_DIR SOURCE_DIR PREFIX
 """
 import concurrent.futures
 import os
+import random
 import re
 import shutil
 import signal
@@ -59,6 +60,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 FENCE = re.compile(r"^(\s*)```\s*(\S*)")
@@ -113,11 +115,37 @@ def parse(path):
     return blocks
 
 
+_given_ports = set()
+_given_lock = threading.Lock()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free now and was not given before in
+    this run. Chosen at random below the kernel's ephemeral range (Linux:
+    32768 and up), where no other test's port-0 listener or outgoing
+    connection can take it between now and the page's server binding it;
+    never the same port twice, since pages run at once and a page names
+    several (CI once gave a page's :8080 and :8081 the same port, and its
+    second server never started)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(low, 10001))
+        with _given_lock:
+            if port in _given_ports:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given_ports.add(port)
+            return port
+    raise RuntimeError("no free TCP port on 127.0.0.1 between 10000 and the ephemeral range")
 
 
 def pattern(line):
@@ -218,6 +246,17 @@ def run_page(path, rel, seed):
         last = ran[-1] if ran else 0
         problems.append(f"{rel}:{blocks[last].line}: the block starting here {why}; its output:")
         problems.extend("   | " + l for l in lines_of(output(last)) if ran)
+        # What the page's servers said: a server that could not start (its
+        # port taken, a bad config) is the usual cause of a block that hangs
+        # or of curl's "000", and the work directory is gone in CI.
+        for name in sorted(os.listdir(work)):
+            if not name.endswith((".err", ".log")) or not os.path.isfile(os.path.join(work, name)):
+                continue
+            with open(os.path.join(work, name), encoding="utf-8", errors="replace") as f:
+                tail = lines_of(f.read())[-6:]
+            if tail:
+                problems.append(f"{name} ends with:")
+                problems.extend("   | " + l for l in tail)
     for i in ran if rc == 0 else ran[:-1]:
         b = blocks[i]
         if b.output is None:

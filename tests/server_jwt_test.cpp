@@ -385,17 +385,23 @@ TEST_CASE("each JWT principal sees only its own Tasks, in every dialect") {
   }
 }
 
+// Server options whose auth.jwt takes its keys from the JWKS URL of `jwks`,
+// fetched again for an unknown kid at most once per `refresh_s` seconds.
+static toolnexus::ServerOptions url_options(JwksServer &jwks, int refresh_s) {
+  auto o = test_options();
+  o.jwt = jwt_options();
+  o.jwt.jwks_url = jwks.url();
+  o.jwt.jwks_refresh_min_s = refresh_s;
+  return o;
+}
+
 TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per interval") {
   const Keys &keys = shared_keys();
   static const Pkey rotated = rsa_key();
   JwksServer jwks;
   jwks.set(R"({"keys":[)" + rsa_jwk(keys.rsa.get(), "r1") + "]}");
 
-  auto o = test_options();
-  o.jwt = jwt_options();
-  o.jwt.jwks_url = jwks.url();
-  o.jwt.jwks_refresh_min_s = 1;
-  toolnexus::ServerHandle server = toolnexus::serve(o);
+  toolnexus::ServerHandle server = toolnexus::serve(url_options(jwks, 1));
   CHECK(jwks.gets() == 1);  // at start
   Claims good;
   CHECK(list_as(server, keys.rs(good)).status == 200);
@@ -410,11 +416,7 @@ TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per inte
   CHECK(jwks.gets() == 2);
 
   SUBCASE("tokens with random kids cause no fetch storm") {
-    auto o2 = test_options();
-    o2.jwt = jwt_options();
-    o2.jwt.jwks_url = jwks.url();
-    o2.jwt.jwks_refresh_min_s = 3600;
-    toolnexus::ServerHandle strict = toolnexus::serve(o2);
+    toolnexus::ServerHandle strict = toolnexus::serve(url_options(jwks, 3600));
     const int before = jwks.gets();  // its start fetch included
     for (int i = 0; i < 20; ++i) {
       const HttpResponse r = list_as(strict, keys.rs(good, "random-" + std::to_string(i)));
@@ -425,11 +427,7 @@ TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per inte
   }
   SUBCASE("an issuer down at start: the server starts, refuses tokens, and takes the keys once it is up") {
     jwks.fail(true);
-    auto o2 = test_options();
-    o2.jwt = jwt_options();
-    o2.jwt.jwks_url = jwks.url();
-    o2.jwt.jwks_refresh_min_s = 1;
-    toolnexus::ServerHandle late = toolnexus::serve(o2);
+    toolnexus::ServerHandle late = toolnexus::serve(url_options(jwks, 1));
     const HttpResponse r = list_as(late, keys.rs(good));
     CHECK(r.status == 401);
     CHECK(r.header("www-authenticate").find("the token signature cannot be verified") != std::string::npos);
@@ -450,9 +448,7 @@ TEST_CASE("a JWKS URL is fetched again for an unknown kid, at most once per inte
   }
   SUBCASE("a JWKS URL that answers a byte at a time is cut off at jwks_timeout_ms in all") {
     jwks.drip(true);
-    auto o2 = test_options();
-    o2.jwt = jwt_options();
-    o2.jwt.jwks_url = jwks.url();
+    auto o2 = url_options(jwks, 60);  // the default interval
     o2.jwt.jwks_timeout_ms = 1000;
     const auto t0 = std::chrono::steady_clock::now();
     toolnexus::ServerHandle slow = toolnexus::serve(o2);  // its start fetch
