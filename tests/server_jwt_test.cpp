@@ -296,6 +296,33 @@ TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
           "JWT");
     CHECK(card["security"][0].HasMember("bearer"));
     CHECK(card["securityRequirements"][0]["schemes"].HasMember("bearer"));
+    // No discovery URL configured: no openIdConnect scheme.
+    CHECK_FALSE(card["securitySchemes"].HasMember("oidc"));
+    CHECK(card["security"].Size() == 1);
+    CHECK(card["securityRequirements"].Size() == 1);
+  }
+  SUBCASE("openid_configuration_url: the card names the issuer's discovery document as an alternative") {
+    const std::string discovery = std::string(kIssuer) + "/.well-known/openid-configuration";
+    auto o2 = o;
+    o2.jwt.openid_configuration_url = discovery;
+    toolnexus::ServerHandle with_oidc = toolnexus::serve(o2);
+    Connection c(port_of(with_oidc.url()));
+    auto card = parse(c.get("/.well-known/agent-card.json").body);
+    const auto &oidc = card["securitySchemes"]["oidc"];
+    CHECK(std::string(oidc["type"].GetString()) == "openIdConnect");  // v0.3
+    CHECK(std::string(oidc["openIdConnectUrl"].GetString()) == discovery);
+    CHECK(std::string(oidc["openIdConnectSecurityScheme"]["openIdConnectUrl"].GetString()) == discovery);  // v1.0
+    CHECK(card["securitySchemes"].HasMember("bearer"));
+    // Alternatives: [{"bearer": []}, {"oidc": []}], either one satisfies.
+    REQUIRE(card["security"].Size() == 2);
+    CHECK(card["security"][0].HasMember("bearer"));
+    CHECK(card["security"][1].HasMember("oidc"));
+    CHECK(card["security"][1]["oidc"].Size() == 0);
+    REQUIRE(card["securityRequirements"].Size() == 2);
+    CHECK(card["securityRequirements"][1]["schemes"]["oidc"]["list"].Size() == 0);
+    // Informational only: the same tokens pass and fail as before.
+    CHECK(list_as(with_oidc, keys.rs(good)).status == 200);
+    CHECK(list_as(with_oidc, "").status == 401);
   }
 }
 
@@ -488,4 +515,7 @@ TEST_CASE("bad auth.jwt options are refused with the field named") {
   fails_with(R"({"issuer":"https://i","jwks_url":"https://i/jwks"})", "auth.jwt.audience is required");
   fails_with(R"({"issuer":"https://i","audience":"a"})", "exactly one of jwks_file and jwks_url");
   fails_with(R"({"issuer":"https://i","audience":"a","jwks_url":"ftp://x"})", "jwks_url must be an http");
+  fails_with("{" + base + R"(,"openid_configuration_url":"i/.well-known/openid-configuration"})",
+             "auth.jwt.openid_configuration_url must be an http:// or https:// URL (got 'i/.well-known");
+  fails_with("{" + base + R"(,"openid_configuration_url":7})", "auth.jwt.openid_configuration_url");
 }

@@ -6,9 +6,11 @@
 #include "push_receiver.hpp"
 #include "server_test_support.hpp"
 
+#include <Poco/Net/NetException.h>
 #include <Poco/Net/ServerSocket.h>
 
 #include <atomic>
+#include <random>
 #include <mutex>
 
 using namespace tnxtest;
@@ -45,12 +47,25 @@ std::vector<std::string> v1_kinds(const std::vector<Received> &got) {
   return out;
 }
 
-// Returns the unused port of a socket that was bound and closed.
+// Returns a port of 127.0.0.1 that nothing listens on now, for a webhook
+// that comes up later in the test. Chosen below the kernel's ephemeral range
+// (Linux: from 32768), so that no test's outgoing connection or port-0
+// listener takes it in the seconds before the Receiver binds it.
 uint16_t free_port() {
-  Poco::Net::ServerSocket s(Poco::Net::SocketAddress("127.0.0.1", 0));
-  const uint16_t p = s.address().port();
-  s.close();
-  return p;
+  std::random_device rd;
+  std::mt19937 gen(rd());
+  std::uniform_int_distribution<int> pick(10000, 32767);
+  for (int i = 0; i < 1000; ++i) {
+    const auto p = static_cast<uint16_t>(pick(gen));
+    try {
+      Poco::Net::ServerSocket s(Poco::Net::SocketAddress("127.0.0.1", p));
+      s.close();
+      return p;
+    } catch (const Poco::Net::NetException &) {
+    }
+  }
+  FAIL("no free port on 127.0.0.1 between 10000 and 32767");
+  return 0;
 }
 
 }  // namespace

@@ -262,6 +262,7 @@ ServerHandle serve(ServerOptions o) {
   impl->card.bearer_auth = impl->auth->enabled() || impl->jwt != nullptr;
   impl->card.bearer_jwt = impl->jwt != nullptr;
   impl->card.jwt_only = impl->jwt != nullptr && !impl->auth->enabled();
+  if (impl->jwt != nullptr) impl->card.openid_connect_url = o.jwt.openid_configuration_url;
 
   LifecycleOptions lo;
   lo.workers = o.workers != 0 ? o.workers : default_workers(impl->store->info());

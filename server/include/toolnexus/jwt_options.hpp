@@ -63,6 +63,15 @@ struct JwtOptions {
   /// (1..60000). A fetch holds up only requests that need it; others go on
   /// with the cached set.
   int jwks_timeout_ms = 5000;
+  /// The issuer's OpenID Connect discovery document (http:// or https://,
+  /// usually `issuer` + "/.well-known/openid-configuration"), or "" (the
+  /// default). When set, the agent card declares it as an "openIdConnect"
+  /// security scheme named "oidc" (A2A v0.3 section 5.5 / v1.0 section 4.5,
+  /// OpenAPI 3 "openIdConnectUrl") beside "bearer", either one satisfying
+  /// the card's security requirements, so a client learns where to get a
+  /// token. Informational: the server never fetches it; tokens are checked
+  /// as above whatever it says.
+  std::string openid_configuration_url;
   /// True when JWT authentication is configured (a key source is set).
   bool enabled() const noexcept { return !jwks_file.empty() || !jwks_url.empty(); }
 };
@@ -70,7 +79,7 @@ struct JwtOptions {
 /// Parses the "jwt" config object: {"issuer", "audience" (string or array),
 /// "jwks_file" | "jwks_url", "principal_claim", "tenant_claim" (string or
 /// null), "clock_skew_s", "algorithms", "jwks_refresh_min_s",
-/// "jwks_max_age_s", "jwks_timeout_ms"}. `where` prefixes every error
+/// "jwks_max_age_s", "jwks_timeout_ms", "openid_configuration_url"}. `where` prefixes every error
 /// ("cfg.json: auth.jwt"). A relative jwks_file is returned as given (the
 /// caller resolves it). Throws std::invalid_argument naming the key and the
 /// rule broken, also for an unknown key or a missing required one.

@@ -61,6 +61,10 @@ void check_jwt_options(const JwtOptions &o, const std::string &where) {
     throw std::invalid_argument(where + ": set exactly one of jwks_file and jwks_url (where the keys come from)");
   if (!o.jwks_url.empty() && o.jwks_url.rfind("https://", 0) != 0 && o.jwks_url.rfind("http://", 0) != 0)
     throw std::invalid_argument(where + ".jwks_url must be an http:// or https:// URL (got '" + o.jwks_url + "')");
+  if (!o.openid_configuration_url.empty() && o.openid_configuration_url.rfind("https://", 0) != 0 &&
+      o.openid_configuration_url.rfind("http://", 0) != 0)
+    throw std::invalid_argument(where + ".openid_configuration_url must be an http:// or https:// URL (got '" +
+                                o.openid_configuration_url + "')");
   if (o.principal_claim.empty()) throw std::invalid_argument(where + ".principal_claim must not be empty");
   if (o.algorithms.empty())
     throw std::invalid_argument(where + ".algorithms must name at least one of RS256, ES256, HS256");
@@ -83,7 +87,8 @@ JwtOptions parse_jwt_options(const rapidjson::Value &s, const std::string &where
   if (!s.IsObject()) throw std::invalid_argument(where + " must be an object");
   static const char *const known[] = {"issuer",        "audience",        "jwks_file",     "jwks_url",
                                       "principal_claim", "tenant_claim",  "clock_skew_s",  "algorithms",
-                                      "jwks_refresh_min_s", "jwks_max_age_s", "jwks_timeout_ms"};
+                                      "jwks_refresh_min_s", "jwks_max_age_s", "jwks_timeout_ms",
+                                      "openid_configuration_url"};
   for (auto it = s.MemberBegin(); it != s.MemberEnd(); ++it) {
     const std::string key = text(it->name);
     if (std::none_of(std::begin(known), std::end(known), [&](const char *k) { return key == k; }))
@@ -104,6 +109,7 @@ JwtOptions parse_jwt_options(const rapidjson::Value &s, const std::string &where
   int_member(s, "jwks_refresh_min_s", where, 1, 86400, o.jwks_refresh_min_s);
   int_member(s, "jwks_max_age_s", where, 60, 604800, o.jwks_max_age_s);
   int_member(s, "jwks_timeout_ms", where, 1, 60000, o.jwks_timeout_ms);
+  o.openid_configuration_url = string_member(s, "openid_configuration_url", where);
   check_jwt_options(o, where);
   return o;
 }

@@ -346,28 +346,54 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
     put(w, "description", about);
     w.EndObject();
     w.EndObject();
+    const bool oidc = !config.openid_connect_url.empty();
+    if (oidc) {
+      // Where a client gets the JWT: v0.3's {"type": "openIdConnect",
+      // "openIdConnectUrl"} and v1.0's "openIdConnectSecurityScheme".
+      const char *where = "OpenID Connect discovery of the issuer whose access tokens (JWTs) this server accepts as "
+                          "Authorization: Bearer.";
+      w.Key("oidc");
+      w.StartObject();
+      put(w, "type", "openIdConnect");
+      put(w, "openIdConnectUrl", config.openid_connect_url);
+      put(w, "description", where);
+      w.Key("openIdConnectSecurityScheme");
+      w.StartObject();
+      put(w, "openIdConnectUrl", config.openid_connect_url);
+      put(w, "description", where);
+      w.EndObject();
+      w.EndObject();
+    }
     w.EndObject();
-    w.Key("security");  // v0.3
+    // Either scheme satisfies the card: a list of alternatives, each one
+    // requirement naming one scheme with no scopes.
+    std::vector<const char *> alternatives = {"bearer"};
+    if (oidc) alternatives.push_back("oidc");
+    w.Key("security");  // v0.3: [{"<scheme>": []}, ...]
     w.StartArray();
-    w.StartObject();
-    w.Key("bearer");
-    w.StartArray();
+    for (const char *name : alternatives) {
+      w.StartObject();
+      w.Key(name);
+      w.StartArray();
+      w.EndArray();
+      w.EndObject();
+    }
     w.EndArray();
-    w.EndObject();
-    w.EndArray();
-    w.Key("securityRequirements");  // v1.0
+    w.Key("securityRequirements");  // v1.0: [{"schemes": {"<scheme>": {"list": []}}}, ...]
     w.StartArray();
-    w.StartObject();
-    w.Key("schemes");
-    w.StartObject();
-    w.Key("bearer");
-    w.StartObject();
-    w.Key("list");
-    w.StartArray();
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
-    w.EndObject();
+    for (const char *name : alternatives) {
+      w.StartObject();
+      w.Key("schemes");
+      w.StartObject();
+      w.Key(name);
+      w.StartObject();
+      w.Key("list");
+      w.StartArray();
+      w.EndArray();
+      w.EndObject();
+      w.EndObject();
+      w.EndObject();
+    }
     w.EndArray();
   }
   put_list(w, "defaultInputModes", {"text/plain"});

@@ -23,6 +23,9 @@ struct CardConfig {
   bool bearer_jwt = false;
   /// Only JWTs (no token file): the scheme's description says so.
   bool jwt_only = false;
+  /// auth.jwt.openid_configuration_url: when not empty, an "oidc"
+  /// openIdConnect scheme is declared too, as an alternative requirement.
+  std::string openid_connect_url;
   /// capabilities.pushNotifications.
   bool push_notifications = false;
 };
@@ -35,8 +38,9 @@ struct CardConfig {
 /// version, documentationUrl (when set), capabilities {streaming: true,
 /// pushNotifications (as configured), extendedAgentCard: false,
 /// stateTransitionHistory: false}, securitySchemes with both versions'
-/// shapes and security (v0.3) / securityRequirements (v1.0) when
-/// bearer_auth, defaultInputModes and defaultOutputModes ["text/plain"],
+/// shapes ("bearer"; "oidc" too when openid_connect_url is set, either one
+/// satisfying the card) and security (v0.3) / securityRequirements (v1.0)
+/// when bearer_auth, defaultInputModes and defaultOutputModes ["text/plain"],
 /// skills, supportsAuthenticatedExtendedCard: false.
 std::string agent_card_json(const CardConfig &config, std::string_view url);
 
