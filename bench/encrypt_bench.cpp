@@ -3,7 +3,7 @@
 // sqlite: plain beside the same store under encrypt:, and `toolnexus store
 // rekey` of many Tasks (time and rate), run as the real command.
 //
-//   encrypt_bench [TASKS (2000)] [REKEY_TASKS (100000)] [DIR (a new temp dir)] [ONLY (a backend name)]
+//   encrypt_bench [TASKS (2000)] [REKEY_TASKS (100000, 0: none)] [DIR ("": a new temp dir)] [ONLY (memory|file|sqlite)]
 //
 // Tasks are about 1 KiB of JSON (a user message and an agent reply). The
 // rekey store is filled unsealed in one transaction (store put's stream),
@@ -82,10 +82,27 @@ int run(const std::string &cmd) {
 
 }  // namespace
 
+// A count argument: digits only (atoi read "--help" as 0 Tasks).
+int count_arg(const char *text, const char *what) {
+  char *end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || v < 0 || v > 100000000) {
+    std::fprintf(stderr,
+                 "encrypt_bench: %s must be a count (got '%s')\n"
+                 "usage: encrypt_bench [TASKS (2000)] [REKEY_TASKS (100000, 0: none)] [DIR (\"\": a new temp dir)] "
+                 "[ONLY (memory|file|sqlite)]\n",
+                 what, text);
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
+
 int main(int argc, char **argv) {
-  const int n = argc > 1 ? std::atoi(argv[1]) : 2000;
-  const int rekey_n = argc > 2 ? std::atoi(argv[2]) : 100000;
-  fs::path dir = argc > 3 ? fs::path(argv[3]) : fs::temp_directory_path() / ("tnx-encrypt-bench-" + std::to_string(::getpid()));
+  const int n = argc > 1 ? count_arg(argv[1], "TASKS") : 2000;
+  const int rekey_n = argc > 2 ? count_arg(argv[2], "REKEY_TASKS") : 100000;
+  fs::path dir = argc > 3 && *argv[3] != '\0'
+                     ? fs::path(argv[3])
+                     : fs::temp_directory_path() / ("tnx-encrypt-bench-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   setenv("TNX_BENCH_KEY", kKey1, 1);
   std::vector<Task> tasks;
@@ -103,6 +120,10 @@ int main(int argc, char **argv) {
       {"sqlite", "sqlite:" + (dir / "plain.db").string()},
   };
   const std::string only = argc > 4 ? argv[4] : "";
+  if (!only.empty() && only != "memory" && only != "file" && only != "sqlite") {
+    std::fprintf(stderr, "encrypt_bench: ONLY must be memory, file or sqlite (got '%s')\n", only.c_str());
+    return 2;
+  }
   for (const Backend &b : backends) {
     if (!only.empty() && only != b.name) continue;
     std::string enc_inner = b.sel;
