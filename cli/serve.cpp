@@ -2,6 +2,7 @@
 // SIGINT or SIGTERM.
 #include "options.hpp"
 #include "retention_config.hpp"
+#include "store_common.hpp"
 #include "subcommand.hpp"
 
 #include "toolnexus/llm_executor.hpp"
@@ -21,9 +22,11 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace toolnexus::cli {
@@ -162,7 +165,9 @@ config file:
                     "principal_claim": "sub", "tenant_claim": null,
                     "clock_skew_s": 60, "algorithms": ["RS256", "ES256"],
                     "jwks_refresh_min_s": 60, "jwks_max_age_s": 3600,
-                    "jwks_timeout_ms": 5000}},
+                    "jwks_timeout_ms": 5000,
+                    "openid_configuration_url":
+                      "https://login.example.com/.well-known/openid-configuration"}},
    "console": {"enabled": false, "dir": "/usr/share/toolnexus/console"},
    "limits": {"max_body_bytes": 1048576, "max_header_bytes": 32768,
               "max_json_depth": 64, "read_timeout_ms": 10000,
@@ -197,7 +202,8 @@ config file:
   --agent llm (see docs/llm-agent.md). "auth.jwt" takes bearer JWTs (OAuth 2 /
   OIDC access tokens; "jwks_file" or "jwks_url", one of them): a credential the
   token file knows is its principal, any other is validated as a JWT; see
-  docs/configuration.md, "JWT bearer tokens".
+  docs/configuration.md, "JWT bearer tokens". A key given twice in one object
+  is refused (JSON parsers disagree on which one wins).
 )";
 
 struct UsageError : std::runtime_error {
@@ -262,8 +268,26 @@ void warn_unknown(const Config &c, const rapidjson::Value &obj, const std::strin
     // top level instead of "a2a.store" would serve from memory and lose
     // every Task at exit): an unknown key stops the start.
     if (!ok)
-      throw UsageError(c.file + ": unknown key " + path + key + " (see toolnexus serve --help for the keys)");
+      throw UsageError(c.file + ": unknown key " + path + key);
   }
+}
+
+// The path ("auth.jwt.issuer", "a2a.allowed_hosts[2].x") of the first key
+// that an object under `v` names twice, or "".
+std::string duplicate_key(const rapidjson::Value &v, const std::string &path) {
+  if (v.IsArray()) {
+    for (rapidjson::SizeType i = 0; i < v.Size(); ++i)
+      if (std::string d = duplicate_key(v[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+  }
+  if (!v.IsObject()) return {};
+  std::set<std::string_view> seen;
+  for (auto it = v.MemberBegin(); it != v.MemberEnd(); ++it) {
+    const std::string_view key(it->name.GetString(), it->name.GetStringLength());
+    const std::string sub = path.empty() ? std::string(key) : path + "." + std::string(key);
+    if (!seen.insert(key).second) return sub;
+    if (std::string d = duplicate_key(it->value, sub); !d.empty()) return d;
+  }
+  return {};
 }
 
 void apply_config(const std::string &file, ServerOptions &o, std::vector<std::string> &plugin_dirs,
@@ -281,6 +305,9 @@ void apply_config(const std::string &file, ServerOptions &o, std::vector<std::st
                      rapidjson::GetParseError_En(c.doc.GetParseError()) + " at byte " +
                      std::to_string(c.doc.GetErrorOffset()));
   if (!c.doc.IsObject()) throw UsageError("the config file " + file + " must hold a JSON object");
+  if (const std::string dup = duplicate_key(c.doc, ""); !dup.empty())
+    throw UsageError(file + ": the key " + dup +
+                     " is given twice in one object (JSON parsers disagree on which one counts: keep one)");
   c.dir = std::filesystem::absolute(file).parent_path();
   const rapidjson::Value &root = c.doc;
   warn_unknown(c, root, "",
@@ -631,7 +658,7 @@ int run_serve(int argc, char **argv) {
       o.executor = make_llm_executor(*llm);
     }
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "toolnexus serve: %s\n(see toolnexus serve --help)\n", e.what());
+    std::fprintf(stderr, "toolnexus serve: %s\n(see toolnexus serve --help)\n", store_detail::printable(e.what()).c_str());
     return 2;
   }
 
@@ -655,7 +682,7 @@ int run_serve(int argc, char **argv) {
     if (!auth_file.empty()) o.auth_tokens = load_auth_tokens(auth_file);
     server.emplace(serve(std::move(o)));
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "toolnexus serve: %s\n", e.what());
+    std::fprintf(stderr, "toolnexus serve: %s\n", store_detail::printable(e.what()).c_str());
     const auto failures = registry.failures();
     for (const PluginFailure &f : failures)
       std::fprintf(stderr, "toolnexus serve: %s\n", plugin_failure_text(f).c_str());

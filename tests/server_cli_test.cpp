@@ -390,10 +390,39 @@ TEST_CASE("toolnexus serve refuses what it cannot run, with a clear message and 
                              "1..65535") != std::string::npos);
     CHECK(child.out_buf.empty());
   }
+  SUBCASE("a card URL that is not an absolute http(s) URL, from a flag or the config file") {
+    {
+      Child child({"serve", "--listen", "127.0.0.1:0", "--public-url", "https://user:pw@agents.example.com/"});
+      CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+      CHECK(child.err_buf.find("a2a.public_url (--public-url) 'https://user:pw@agents.example.com/': a URL here holds "
+                               "no user name or password") != std::string::npos);
+    }
+    TempDir dir;
+    // A control byte in the value is shown escaped: the message cannot
+    // drive the terminal or forge a line.
+    { std::ofstream f(dir.path / "c.json"); f << R"({"a2a":{"documentation_url":"https://docs.example/\u001b[2J\n"}})"; }
+    Child child({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "c.json").string()});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 1);
+    CHECK(child.err_buf.find("a2a.documentation_url 'https://docs.example/\\x1b[2J\\x0a': byte 21 is a blank, a "
+                             "control byte") != std::string::npos);
+    CHECK(child.err_buf.find('\x1b') == std::string::npos);
+  }
+  SUBCASE("a key given twice in one object of the config file") {
+    TempDir dir;
+    {
+      std::ofstream f(dir.path / "c.json");
+      f << R"({"a2a":{"store":"memory","name":"x"},"auth":{"jwt":{"issuer":"https://a","issuer":"https://b"}}})";
+    }
+    Child child({"serve", "--listen", "127.0.0.1:0", "--config", (dir.path / "c.json").string()});
+    CHECK(WEXITSTATUS(child.wait_exit()) == 2);
+    CHECK(child.err_buf.find("the key auth.jwt.issuer is given twice in one object") != std::string::npos);
+    CHECK(child.out_buf.empty());
+  }
   SUBCASE("--help") {
     Child child({"serve", "--help"});
     CHECK(WEXITSTATUS(child.wait_exit()) == 0);
     CHECK(child.out_buf.find("usage: toolnexus serve") != std::string::npos);
+    CHECK(child.out_buf.find("\"openid_configuration_url\"") != std::string::npos);
   }
 }
 

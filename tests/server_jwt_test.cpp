@@ -269,7 +269,7 @@ TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
     refused("not-a-jwt.at.all", "the token is not a well-formed JWT");
     refused("unknown-static-token", "the token is not valid");  // a token file is in use: not told as a JWT's
   }
-  SUBCASE("a name given twice, a kid or a date of the wrong type: not a well-formed JWT") {
+  SUBCASE("a name given twice, a kid or a date of the wrong type, no exp, crit: not a well-formed JWT") {
     const std::string malformed = "the token is not a well-formed JWT";
     // Signed: only the shape is wrong. First-wins would read alg HS256 or
     // sub alice where another validator reads none or bob.
@@ -283,6 +283,13 @@ TEST_CASE("only valid JWTs pass; the reason is told in RFC 6750 terms") {
     refused(keys.hs(nbf), malformed);
     nbf.extra = R"(,"nbf":null)";
     refused(keys.hs(nbf), malformed);
+    // No exp: this server requires one (docs/configuration.md, item 3); a
+    // crit header names an extension nobody here understands (RFC 7515
+    // section 4.1.11). Both are shape faults, not expiry or a bad signature.
+    const std::string no_exp =
+        R"({"iss":)" + q(kIssuer) + R"(,"sub":"alice","aud":)" + q(kAudience) + "}";
+    refused(jws(header("HS256", "h1"), no_exp, "HS256", nullptr, keys.hmac), malformed);
+    refused(jws(R"({"alg":"HS256","kid":"h1","crit":["exp"]})", good.json(), "HS256", nullptr, keys.hmac), malformed);
     Claims tenant;  // a tenant claim present binds only as a string; null is not "no tenant"
     tenant.extra = R"(,"tenant":null)";
     refused(keys.hs(tenant), not_accepted);
@@ -505,7 +512,7 @@ TEST_CASE("bad auth.jwt options are refused with the field named") {
       parse_opts(json);
       FAIL("accepted: " << json);
     } catch (const std::invalid_argument &e) {
-      CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, e.what());
+      CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, std::string(e.what()) << " (wanted: " << what << ")");
     }
   };
   fails_with("{" + base + R"(,"algorithm":["RS256"]})", "cfg.json: auth.jwt.algorithm is not a known key");
@@ -514,8 +521,29 @@ TEST_CASE("bad auth.jwt options are refused with the field named") {
   fails_with(R"({"audience":"a","jwks_url":"https://i/jwks"})", "auth.jwt.issuer is required");
   fails_with(R"({"issuer":"https://i","jwks_url":"https://i/jwks"})", "auth.jwt.audience is required");
   fails_with(R"({"issuer":"https://i","audience":"a"})", "exactly one of jwks_file and jwks_url");
-  fails_with(R"({"issuer":"https://i","audience":"a","jwks_url":"ftp://x"})", "jwks_url must be an http");
-  fails_with("{" + base + R"(,"openid_configuration_url":"i/.well-known/openid-configuration"})",
-             "auth.jwt.openid_configuration_url must be an http:// or https:// URL (got 'i/.well-known");
-  fails_with("{" + base + R"(,"openid_configuration_url":7})", "auth.jwt.openid_configuration_url");
+  fails_with(R"({"issuer":"https://i","audience":"a","jwks_url":"ftp://x"})",
+             "auth.jwt.jwks_url 'ftp://x': the scheme must be http or https");
+  const std::string oidc = R"(,"openid_configuration_url":)";
+  fails_with("{" + base + oidc + R"("i/.well-known/openid-configuration"})",
+             "auth.jwt.openid_configuration_url 'i/.well-known/openid-configuration': not an absolute URL");
+  fails_with("{" + base + oidc + "7}", "auth.jwt.openid_configuration_url");
+  // What a prefix check let through: each is named with what is wrong.
+  fails_with("{" + base + oidc + R"("https://login.example.com/a b"})", "byte 27 is a blank");
+  fails_with("{" + base + oidc + R"("https://login.example.com/\u001b[31m"})",
+             "'https://login.example.com/\\x1b[31m': byte 26 is a blank, a control byte");
+  fails_with("{" + base + oidc + R"("https:///.well-known/openid-configuration"})", "the host name is empty");
+  fails_with("{" + base + oidc + R"("https://login.example.com:99999/x"})", "the port 99999 is not in 1..65535");
+  fails_with("{" + base + oidc + R"("https://user:secret@login.example.com/x"})", "no user name or password");
+  fails_with("{" + base + oidc + R"("https://login.example.com/x#frag"})", "no fragment ('#' at byte 27)");
+  fails_with("{" + base + oidc + R"("https://login.example.com/%zz"})", "'%' at byte 26 is not followed by two hex");
+  fails_with("{" + base + oidc + "\"https://l.example/" + std::string(3000, 'a') + "\"}",
+             "a URL of 3018 bytes is longer than 2048");
+  fails_with(R"({"issuer":"https://i","audience":"a","jwks_url":"https://h:0/jwks"})",
+             "auth.jwt.jwks_url 'https://h:0/jwks': the port 0 is not in 1..65535");
+  // The scheme and host are case-insensitive (RFC 3986 section 6.2.2.1):
+  // taken, and written in lower case.
+  const auto o = parse_opts(R"({"issuer":"https://i","audience":"a","jwks_url":"HTTPS://Login.Example.COM/Keys",)"
+                            R"("openid_configuration_url":"Http://Login.Example.com:8443/.well-known/X?a=%2F"})");
+  CHECK(o.jwks_url == "https://login.example.com/Keys");
+  CHECK(o.openid_configuration_url == "http://login.example.com:8443/.well-known/X?a=%2F");
 }

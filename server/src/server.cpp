@@ -198,6 +198,24 @@ ServerHandle serve(ServerOptions o) {
     if (const std::string why = allowed_origin_problem(origin); !why.empty())
       throw std::invalid_argument("a2a.allowed_origins (--allowed-origin) entry " + in_quotes(origin) + ": " + why);
 
+  // URLs the card (and clients) will follow: refused unless absolute http(s)
+  // with a host and nothing a client could misread (a blank, a control byte,
+  // user@, a fragment), their scheme and host then written in lower case.
+  const auto card_url = [](const char *name, std::string &url) {
+    std::string normalized;
+    if (url.empty()) return;
+    if (std::string why = parse_http_url(url, normalized); !why.empty())
+      throw std::invalid_argument(std::string(name) + " " + in_quotes(url) + ": " + why);
+    url = std::move(normalized);
+  };
+  card_url("a2a.public_url (--public-url)", o.card.public_url);
+  card_url("a2a.documentation_url", o.card.documentation_url);
+  card_url("a2a.provider.url", o.card.provider_url);
+  if (o.jwt.enabled()) {
+    check_jwt_options(o.jwt, "auth.jwt");
+    normalize_jwt_urls(o.jwt);
+  }
+
   std::string host;
   uint16_t port = 0;
   split_listen(o.listen, host, port);

@@ -86,8 +86,18 @@ struct JwtOptions {
 JwtOptions parse_jwt_options(const rapidjson::Value &section, const std::string &where);
 
 /// Checks `o` against the rules above (what parse_jwt_options() enforces).
-/// Throws std::invalid_argument naming the field; `where` prefixes it.
+/// jwks_url and openid_configuration_url must be absolute http(s) URLs with
+/// a host, an optional port 1..65535, no user name or password, no fragment,
+/// only printable ASCII (percent-encode the rest) and at most 2048 bytes.
+/// Throws std::invalid_argument naming the field, the value (control bytes
+/// shown as \xNN) and what is wrong; `where` prefixes it.
 void check_jwt_options(const JwtOptions &o, const std::string &where);
+
+/// Writes jwks_url and openid_configuration_url with their scheme and host
+/// in lower case ("HTTPS://Login.Example.COM/x" -> "https://login.example.com/x"),
+/// as the card and the fetcher use them; a URL check_jwt_options() would
+/// refuse is left as it is. parse_jwt_options() and serve() call it.
+void normalize_jwt_urls(JwtOptions &o);
 
 }  // namespace toolnexus
 

@@ -83,6 +83,11 @@ struct AgentCardOptions {
   std::string provider_url;
   /// documentationUrl ("" = left out).
   std::string documentation_url;
+  // provider_url, documentation_url and public_url, when set, must be
+  // absolute http(s) URLs with a host, no user name, no fragment, only
+  // printable ASCII and at most 2048 bytes: serve() throws
+  // std::invalid_argument naming the field and what is wrong, and writes
+  // their scheme and host in lower case.
   /// The card's "url", used as is whatever a request says. "" = derived
   /// from each card request, but only from what names this server (the
   /// card is cacheable: a client's forged Host or X-Forwarded-Host must not

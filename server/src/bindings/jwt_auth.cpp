@@ -202,7 +202,7 @@ JwtResult JwtAuth::validate(std::string_view token) const {
   const auto alg = string_claim(header, "alg");
   if (!alg) return fail(JwtFailure::malformed, "the header has no alg");
   if (header.HasMember("crit"))
-    return fail(JwtFailure::unverifiable, "the header has crit (no extension is understood; RFC 7515 4.1.11)");
+    return fail(JwtFailure::malformed, "the header has crit (no extension is understood; RFC 7515 4.1.11)");
   bool allowed = false;
   for (const std::string &a : o_.algorithms) allowed = allowed || a == *alg;
   if (!allowed) return fail(JwtFailure::unverifiable, "alg " + std::string(*alg) + " is not accepted");
@@ -249,7 +249,7 @@ JwtResult JwtAuth::validate(std::string_view token) const {
       static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count());
   const auto exp = date_claim(claims, "exp");
-  if (!exp) return fail(JwtFailure::expired, "no exp");
+  if (!exp) return fail(JwtFailure::malformed, "no exp (this server requires one: docs/configuration.md)");
   if (now >= *exp + o_.clock_skew_s) return fail(JwtFailure::expired, "exp has passed");
   if (const auto nbf = date_claim(claims, "nbf"); nbf && now + o_.clock_skew_s < *nbf)
     return fail(JwtFailure::not_yet_valid, "nbf is ahead");

@@ -1,6 +1,9 @@
 // The "auth.jwt" config object (toolnexus/jwt_options.hpp).
 #include "toolnexus/jwt_options.hpp"
 
+#include "common/util.hpp"
+#include "wire/web_origin.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -59,12 +62,14 @@ void check_jwt_options(const JwtOptions &o, const std::string &where) {
     if (a.empty()) throw std::invalid_argument(where + ".audience must not hold an empty string");
   if (o.jwks_file.empty() == o.jwks_url.empty())
     throw std::invalid_argument(where + ": set exactly one of jwks_file and jwks_url (where the keys come from)");
-  if (!o.jwks_url.empty() && o.jwks_url.rfind("https://", 0) != 0 && o.jwks_url.rfind("http://", 0) != 0)
-    throw std::invalid_argument(where + ".jwks_url must be an http:// or https:// URL (got '" + o.jwks_url + "')");
-  if (!o.openid_configuration_url.empty() && o.openid_configuration_url.rfind("https://", 0) != 0 &&
-      o.openid_configuration_url.rfind("http://", 0) != 0)
-    throw std::invalid_argument(where + ".openid_configuration_url must be an http:// or https:// URL (got '" +
-                                o.openid_configuration_url + "')");
+  const auto url = [&](const char *name, const std::string &value) {
+    std::string normalized;
+    if (value.empty()) return;
+    if (std::string why = server_detail::parse_http_url(value, normalized); !why.empty())
+      throw std::invalid_argument(where + "." + name + " " + server_detail::in_quotes(value) + ": " + why);
+  };
+  url("jwks_url", o.jwks_url);
+  url("openid_configuration_url", o.openid_configuration_url);
   if (o.principal_claim.empty()) throw std::invalid_argument(where + ".principal_claim must not be empty");
   if (o.algorithms.empty())
     throw std::invalid_argument(where + ".algorithms must name at least one of RS256, ES256, HS256");
@@ -81,6 +86,13 @@ void check_jwt_options(const JwtOptions &o, const std::string &where) {
   range("jwks_refresh_min_s", o.jwks_refresh_min_s, 1, 86400);
   range("jwks_max_age_s", o.jwks_max_age_s, 60, 604800);
   range("jwks_timeout_ms", o.jwks_timeout_ms, 1, 60000);
+}
+
+void normalize_jwt_urls(JwtOptions &o) {
+  for (std::string *u : {&o.jwks_url, &o.openid_configuration_url}) {
+    std::string normalized;
+    if (!u->empty() && server_detail::parse_http_url(*u, normalized).empty()) *u = std::move(normalized);
+  }
 }
 
 JwtOptions parse_jwt_options(const rapidjson::Value &s, const std::string &where) {
@@ -111,6 +123,7 @@ JwtOptions parse_jwt_options(const rapidjson::Value &s, const std::string &where
   int_member(s, "jwks_timeout_ms", where, 1, 60000, o.jwks_timeout_ms);
   o.openid_configuration_url = string_member(s, "openid_configuration_url", where);
   check_jwt_options(o, where);
+  normalize_jwt_urls(o);
   return o;
 }
 

@@ -327,7 +327,7 @@ std::string agent_card_json(const CardConfig &config, std::string_view url) {
     const char *about =
         !config.bearer_jwt ? "Authorization: Bearer <token>; each token maps to a principal who sees only its own Tasks."
         : config.jwt_only  ? "Authorization: Bearer <JWT> (an OAuth 2 / OpenID Connect access token of the configured "
-                             "issuer); its subject is a principal who sees only its own Tasks."
+                             "issuer); it names a principal who sees only its own Tasks."
                            : "Authorization: Bearer <token or JWT> (a configured token, or an OAuth 2 / OpenID Connect "
                              "access token of the configured issuer); each maps to a principal who sees only its own "
                              "Tasks.";

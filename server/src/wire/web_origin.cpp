@@ -155,6 +155,35 @@ std::string allowed_host_problem(std::string_view entry) {
   return name_problem(name);
 }
 
+std::string parse_http_url(std::string_view text, std::string &normalized) {
+  if (text.empty()) return "an empty URL";
+  if (text.size() > kMaxConfigUrlBytes)
+    return "a URL of " + std::to_string(text.size()) + " bytes is longer than " +
+           std::to_string(kMaxConfigUrlBytes);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c <= 0x20 || c >= 0x7f)
+      return "byte " + std::to_string(i) +
+             " is a blank, a control byte or not ASCII (percent-encode it: a space is %20)";
+    if (c == '#') return "a URL here has no fragment ('#' at byte " + std::to_string(i) + ")";
+    if (c == '%' && (i + 2 >= text.size() || !hex(text[i + 1]) || !hex(text[i + 2])))
+      return "the '%' at byte " + std::to_string(i) + " is not followed by two hex digits";
+  }
+  const std::size_t sep = text.find("://");
+  if (sep == std::string_view::npos) return "not an absolute URL (http://host/path or https://host/path)";
+  const std::string scheme = lower(text.substr(0, sep));
+  if (scheme != "http" && scheme != "https") return "the scheme must be http or https";
+  const std::string_view rest = text.substr(sep + 3);
+  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  if (authority.find('@') != std::string_view::npos)
+    return "a URL here holds no user name or password (user@host): give credentials another way";
+  std::string_view name, port;
+  if (std::string why = split_port(authority, name, port, false); !why.empty()) return why;
+  if (std::string why = name_problem(name); !why.empty()) return why;
+  normalized = scheme + "://" + lower(authority) + std::string(rest.substr(authority.size()));
+  return {};
+}
+
 std::string allowed_origin_problem(std::string_view entry) {
   if (entry == "*") return {};
   if (entry.empty()) return "an empty entry names no origin";

@@ -4,6 +4,7 @@
 #ifndef TOOLNEXUS_SERVER_WEB_ORIGIN_HPP
 #define TOOLNEXUS_SERVER_WEB_ORIGIN_HPP
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -59,6 +60,24 @@ std::string allowed_host_problem(std::string_view entry);
 /// or an origin parse_web_origin takes. "null" is refused (it is the origin
 /// of every sandboxed page and local file: only "*" lets those in).
 std::string allowed_origin_problem(std::string_view entry);
+
+/// Longest URL the configuration takes (bytes): a card, a log line and an
+/// error message each repeat it.
+inline constexpr std::size_t kMaxConfigUrlBytes = 2048;
+
+/// Checks an absolute http(s) URL the configuration names (a2a.public_url,
+/// a2a.documentation_url, a2a.provider.url, auth.jwt.jwks_url,
+/// auth.jwt.openid_configuration_url): RFC 3986 "scheme://authority[path]
+/// [?query]" with the scheme http or https (any case), a host as
+/// allowed_host_problem takes it (DNS name, IPv4, bracketed IPv6), an
+/// optional port 1..65535, no user name or password, no fragment, only
+/// printable ASCII (a blank, a control byte or a non-ASCII byte must be
+/// percent-encoded), every '%' followed by two hex digits, and at most
+/// kMaxConfigUrlBytes bytes. On success returns "" and sets `normalized` to
+/// `text` with its scheme and host in lower case (RFC 3986 section 6.2.2.1);
+/// else returns what is wrong, naming the byte offset where one applies,
+/// and leaves `normalized` alone. Pure; thread-safe.
+std::string parse_http_url(std::string_view text, std::string &normalized);
 
 }  // namespace toolnexus::server_detail
 
