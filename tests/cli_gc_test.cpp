@@ -144,6 +144,33 @@ TEST_CASE("store gc names each record it cannot read, leaves it, collects the re
   CHECK(check.out.find("BAD old-broken") != std::string::npos);
 }
 
+TEST_CASE("store gc on plain sqlite: a damaged JSON under sound index columns is named and left, never deleted") {
+  // Found by a fresh-user pass: gc deleted such a completed record unnamed
+  // and, for an input-required one, named it but exited 0.
+  const fs::path dir = tnx_test::temp_dir("tnx-gc-broken-json");
+  const std::string sel = "sqlite:" + (dir / "t.db").string();
+  {
+    auto s = resolve_store(sel);
+    s->save(task("old-done", "completed", 40 * kDay));
+    s->save(task("old-broken", "completed", 40 * kDay));
+    s->save(task("old-wait", "input-required", 40 * kDay));
+    s->close();
+  }
+  const std::string sql = "UPDATE tnx_tasks SET task_json = '{broken' WHERE id IN ('old-broken', 'old-wait');";
+  REQUIRE(std::system(("sqlite3 " + tnx_test::sh_quote((dir / "t.db").string()) + " " + tnx_test::sh_quote(sql))
+                          .c_str()) == 0);
+  Run r = run({"store", "gc", sel, "--older-than", "30d", "--state", "completed", "--state", "input-required"});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.out.find("deleted 1 Task(s), expired 0 waiting Task(s)") == 0, r.out);
+  CHECK_MESSAGE(r.err.find("'old-broken'") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("'old-wait'") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("2 record(s) could not be read and were left") != std::string::npos, r.err);
+  CHECK_FALSE(has(sel, "old-done"));
+  Run check = run({"store", "check", sel});
+  CHECK(check.out.find("BAD old-broken") != std::string::npos);
+  CHECK(check.out.find("BAD old-wait") != std::string::npos);
+}
+
 TEST_CASE("store gc and serve refuse bad rules, naming the key and the value") {
   const fs::path dir = tnx_test::temp_dir("tnx-gc-bad");
   const std::string sel = make_store(dir);

@@ -134,9 +134,14 @@ TEST_CASE("ifGenerationMatch: a mismatch is TaskGenerationMismatchError and chan
   auto fresh = send(c, message("new", "m4"), kV11, R"({"ifGenerationMatch":1})");
   CHECK(error_code(fresh) == -32602);
   CHECK(error_message(fresh).find("params.configuration.ifGenerationMatch") != std::string::npos);
-  // v1.0 has no such member: ignored, as any unknown one.
-  auto v10 = send(c, message("new in 1.0", "m5"), kV10, R"({"ifGenerationMatch":1})");
-  CHECK(v10.HasMember("result"));
+  // v1.0 has no such member, but ignoring it would make a conditional
+  // change unconditional: refused, naming the header that enables it.
+  auto v10 = send(c, message("approve in 1.0", "m5", id), kV10, R"({"ifGenerationMatch":1})");
+  CHECK(error_code(v10) == -32602);
+  CHECK(error_message(v10).find("A2A-Version: 1.1") != std::string::npos);
+  CHECK(error_code(c.call("CancelTask", R"({"id":)" + q(id) + R"(,"ifGenerationMatch":1})", "1", kV10)) == -32602);
+  CHECK(error_code(c.call("CancelTask", R"({"id":)" + q(id) + R"(,"ifGenerationMatch":1})")) == -32602);  // v0.3
+  CHECK(server.store()->get(id)->version == version);
 
   // The current generation: accepted, and the Task moves on.
   auto done = send(c, message("approve", "m6", id), kV11, R"({"ifGenerationMatch":)" + std::to_string(g) + "}");
@@ -176,6 +181,43 @@ TEST_CASE("GetTask currentGeneration: answered at once when passed, else when th
   CHECK(generation(parse(rest.body)) >= g + 1);
   // Another principal's or a missing Task: not found, at once.
   CHECK(error_code(c.call("GetTask", R"({"id":"nope","currentGeneration":1})", "1", kV11)) == -32001);
+}
+
+TEST_CASE("GetTask currentGeneration: waiting polls never take every request thread; a terminal Task at once") {
+  // Found by a fresh-user pass: four polls on a server with four request
+  // threads held a plain GetTask 7.5 s (and /healthz timed out).
+  auto o = approval();
+  o.limits.max_connections = 4;  // at most 2 polls wait at once
+  o.limits.blocking_timeout_ms = 20000;
+  auto server = toolnexus::serve(o);
+  Client c(server.url());
+  auto parked = send(c, message("deploy", "m1"), kV11);
+  const std::string id = parked["result"]["id"].GetString();
+  const std::string poll = R"({"id":)" + q(id) + R"(,"currentGeneration":)" + std::to_string(generation(parked["result"])) + "}";
+  std::vector<std::future<rapidjson::Document>> polls;
+  for (int i = 0; i < 2; ++i)
+    polls.push_back(std::async(std::launch::async, [&] { return Client(server.url()).call("GetTask", poll, "1", kV11); }));
+  for (auto &p : polls) CHECK(p.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  // A third: the Task as it is, at once (as at the bound).
+  auto start = std::chrono::steady_clock::now();
+  auto third = Client(server.url()).call("GetTask", poll, "1", kV11);
+  CHECK(std::string(third["result"]["status"]["state"].GetString()) == "TASK_STATE_INPUT_REQUIRED");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(5000));
+  // Other requests are served meanwhile.
+  start = std::chrono::steady_clock::now();
+  CHECK(c.get_task(id).HasMember("result"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(5000));
+  // The approval wakes the two that wait.
+  auto done = send(c, message("approve", "m2", id), kV11);
+  REQUIRE(std::string(done["result"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED");
+  for (auto &p : polls) CHECK(generation(p.get()["result"]) > generation(parked["result"]));
+  // A terminal Task's generation never moves: a poll on it is answered at once.
+  start = std::chrono::steady_clock::now();
+  auto terminal = Client(server.url()).call(
+      "GetTask", R"({"id":)" + q(id) + R"(,"currentGeneration":)" + std::to_string(generation(done["result"])) + "}",
+      "1", kV11);
+  CHECK(generation(terminal["result"]) == generation(done["result"]));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(5000));
 }
 
 /// Replica A (in this process) long-polls a parked Task; replica B (a

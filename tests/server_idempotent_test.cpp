@@ -7,6 +7,7 @@
 // messageId with another body is refused (-32602 / 400, naming
 // params.message.messageId); another principal's messageId is theirs.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "toolnexus/retention.hpp"
 #include "serve_process.hpp"
 #include "server_test_support.hpp"
 
@@ -310,4 +311,29 @@ TEST_CASE("1,000 concurrent retries of 100 messageIds through two server process
   }
   n = store->list(q).records.size();
   CHECK(n == static_cast<std::size_t>(kMessages));
+}
+
+TEST_CASE("retention keeps a terminal Task as long as the idempotency window: a retry past its keep time is not run again") {
+  // Found by a fresh-user pass: with completed=3s a retry 5 s later created
+  // the same Task id again and ran its turn a second time (a second payment).
+  auto o = test_options();
+  o.lease.settle_interval_ms = 20;  // the sweep that applies retention
+  o.idempotency.window_ms = 5000;
+  toolnexus::add_retention_rule(o.retention, "completed", "200ms", {}, "test");
+  Served s(o);
+  Client c(s.server.url());
+  const std::string msg = message("pay", "pay-1");
+  auto first = send(c, msg);
+  REQUIRE(state_of(first) == "completed");
+  const std::string id = task_id(first);
+  auto rec = s.server.store()->get(id);
+  REQUIRE(rec);
+  CHECK(rec->due_us == rec->status_time_us + 5'000'000);  // the window, not 200 ms
+  std::this_thread::sleep_for(800ms);                    // past the rule, dozens of sweeps
+  auto again = send(c, msg);
+  CHECK(task_id(again) == id);
+  CHECK(state_of(again) == "completed");
+  CHECK(s.agent->turns(id) == 1);
+  // Past the window it goes, as the policy says.
+  CHECK(eventually([&] { return !s.server.store()->get(id).has_value(); }, 30000ms));
 }

@@ -290,6 +290,7 @@ TEST_CASE("/metrics counts the retention sweeps: records read, Tasks deleted, wa
   o.admin_listen = "127.0.0.1:0";
   o.agent = "approval";
   o.lease.settle_interval_ms = 20;
+  o.idempotency.window_ms = 100;  // else no terminal Task goes sooner than the window (a day)
   toolnexus::add_retention_rule(o.retention, "canceled", "200ms", {}, "test");
   toolnexus::add_retention_flag(o.retention, "input-required=300ms:failed", "test");
   auto server = serve(o);

@@ -300,6 +300,21 @@ ServerHandle serve(ServerOptions o) {
   lo.idempotency.recent_messages = o.idempotency.recent_messages;
   lo.idempotency.window_ms = o.idempotency.window_ms;
   lo.metrics = impl->metrics.get();
+  // A retried SendMessage finds its first outcome through the Task itself
+  // (its id is derived from the messageId; its recent messageIds are in its
+  // record): a Task deleted before the idempotency window ends would be run
+  // again by a retry. So no terminal Task is deleted sooner than that.
+  if (o.idempotency.enabled) {
+    for (auto &[state, keep] : o.retention.keep_ms) {
+      if (keep >= o.idempotency.window_ms) continue;
+      impl->log->warn("retention." + state + " (" + format_duration(keep) +
+                      ") is shorter than idempotency.window_ms (" + format_duration(o.idempotency.window_ms) +
+                      "): such Tasks are kept " + format_duration(o.idempotency.window_ms) +
+                      ", so that a retried SendMessage finds its Task instead of running it again");
+      keep = o.idempotency.window_ms;
+    }
+  }
+  if (!o.retention.empty()) impl->log->info("retention: " + describe_retention(o.retention));
   lo.retention = o.retention;
   // Deliveries pending give a due time, when this server delivers them.
   if (o.push.enabled) lo.due_of = push_due_us;
@@ -321,7 +336,8 @@ ServerHandle serve(ServerOptions o) {
   }
   impl->card.push_notifications = o.push.enabled;
   impl->methods = std::make_unique<A2AMethods>(*impl->lifecycle, *impl->log, l.max_json_depth,
-                                               l.blocking_timeout_ms, impl->push.get(), l.max_message_parts);
+                                               l.blocking_timeout_ms, impl->push.get(), l.max_message_parts,
+                                               std::max<std::size_t>(1, l.max_connections / 2));
 
   {
     ServerHandle::Impl *self = impl.get();

@@ -53,6 +53,11 @@ int64_t parse_duration_ms(std::string_view text, const std::string &where);
 /// The shortest exact text of a duration in ms: "2h", "90s", "250ms".
 std::string format_duration(int64_t ms);
 
+/// The policy in one line for a log or a listing, its rules in state
+/// order: "completed kept 30d, input-required waits 2h then canceled";
+/// "nothing expires" when empty. Pure; thread-safe.
+std::string describe_retention(const RetentionOptions &r);
+
 /// Adds one rule to `r`: `state` is a terminal state (then `to` must be
 /// empty) or a waiting state (`to` "" = "canceled", else "canceled" or
 /// "failed"); `duration` as parse_duration_ms. Throws std::invalid_argument

@@ -450,7 +450,10 @@ Snapshot TaskLifecycle::wait_for_generation(const std::string &task_id, const st
   std::optional<TaskRecord> rec = store_->get(task_id);
   if (!rec || rec->owner != owner || rec->tenant != tenant) throw not_found();
   auto snap = std::make_shared<Snapshot>(Snapshot{rec->a2a_task(), rec->version, rec->owner, rec->tenant});
-  if (task_generation(snap->task) > after) return std::move(*snap);
+  // A terminal Task's generation never moves again (A2A 1.1 draft, section
+  // 3.2.7: nothing to wait for), and no timeout: both answered at once.
+  if (task_generation(snap->task) > after || ts::is_terminal(snap->task.state()) || timeout.count() <= 0)
+    return std::move(*snap);
   hold->offer(snap);
   bool gone = false;
   SnapshotPtr latest = watch_.wait(

@@ -294,7 +294,9 @@ class TaskLifecycle {
 
   /// GetTask with currentGeneration (A2A 1.1 draft, section 3.2.7): the
   /// stored Task `task_id` of this owner and tenant once its generation
-  /// (task_generation()) is past `after`: at once when it already is, else
+  /// (task_generation()) is past `after`: at once when it already is, when
+  /// the Task is terminal (its generation never moves again) or when
+  /// `timeout` is 0, else
   /// when a save (here, or on another server: the TaskWatch hears it
   /// through the store's change feed, or polls) makes it so, or when
   /// `timeout` passes or the server stops (then as it is). Throws

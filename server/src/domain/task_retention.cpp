@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <limits>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -56,6 +57,15 @@ std::string format_duration(int64_t ms) {
   for (const Unit u : {Unit{24 * 3600 * 1000, "d"}, Unit{3600 * 1000, "h"}, Unit{60 * 1000, "m"}, Unit{1000, "s"}})
     if (ms != 0 && ms % u.scale == 0) return std::to_string(ms / u.scale) + u.name;
   return std::to_string(ms) + "ms";
+}
+
+std::string describe_retention(const RetentionOptions &r) {
+  if (r.empty()) return "nothing expires";
+  std::string out;
+  const auto add = [&out](const std::string &text) { out += (out.empty() ? "" : ", ") + text; };
+  for (const auto &[state, ms] : r.keep_ms) add(state + " kept " + format_duration(ms));
+  for (const auto &[state, w] : r.wait) add(state + " waits " + format_duration(w.after_ms) + " then " + w.to);
+  return out;
 }
 
 void add_retention_rule(RetentionOptions &r, std::string_view state, std::string_view duration,
@@ -167,10 +177,25 @@ bool expire_record(TaskStore &store, const TaskRecord &rec, const WaitExpiry &ru
 namespace {
 
 // Handles one record a retention list delivered; counts into `c`.
+// Whether a record's bytes are a Task: a store may deliver sound index
+// fields (state, time, version) over a damaged JSON (sqlite keeps them in
+// columns of their own), and what cannot be read is left for `store check`
+// and a person, never deleted or rewritten on the index's word.
+bool readable(const TaskRecord &rec) {
+  if (rec.version == 0 || rec.status_time_us == kNoTime || !rec.problem.empty()) return false;
+  try {
+    (void)rec.task();
+  } catch (const StoreError &) {
+    return false;
+  }
+  return true;
+}
+
 void handle(TaskStore &store, const RetentionOptions &policy, TaskRecord &rec, int64_t now,
-            const RetentionHooks &hooks, GcCounts &c) {
-  if (rec.version == 0 || rec.status_time_us == kNoTime) {  // unreadable: `store check` reports it
+            const RetentionHooks &hooks, GcCounts &c, std::set<std::string> &unreadable_seen) {
+  if (!readable(rec)) {  // `store check` reports it; counted and named once per sweep
     ++c.skipped;
+    if (!unreadable_seen.insert(rec.id).second) return;
     ++c.unreadable;
     if (hooks.unreadable) hooks.unreadable(rec);
     return;
@@ -221,6 +246,9 @@ GcCounts sweep_retention(TaskStore &store, const RetentionOptions &policy, bool 
                          const RetentionHooks &hooks) {
   GcCounts c;
   uint64_t reported = 0;
+  // A store that cannot tell a damaged record's state lists it under every
+  // state asked for (file:): it is still one record.
+  std::set<std::string> unreadable_seen;
   std::vector<std::pair<std::string, int64_t>> rules;
   for (const auto &[state, ms] : policy.keep_ms) rules.emplace_back(state, ms);
   for (const auto &[state, w] : policy.wait) rules.emplace_back(state, w.after_ms);
@@ -236,7 +264,7 @@ GcCounts sweep_retention(TaskStore &store, const RetentionOptions &policy, bool 
       for (TaskRecord &rec : page.records) {
         ++c.read;
         try {
-          handle(store, policy, rec, now, hooks, c);
+          handle(store, policy, rec, now, hooks, c, unreadable_seen);
         } catch (const StoreError &e) {
           // One Task's failed delete or save must not stop the sweep for
           // the others; the next sweep tries it again.

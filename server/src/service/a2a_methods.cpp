@@ -126,7 +126,14 @@ std::optional<int64_t> opt_int(const rapidjson::Value &obj, std::string_view nam
 // sections 3.2.2 and 3.2.7).
 std::optional<uint64_t> opt_generation(const rapidjson::Value &obj, std::string_view name, const std::string &field,
                                        Dialect d) {
-  if (d != Dialect::v1_1) return std::nullopt;
+  if (d != Dialect::v1_1) {
+    // Ignoring it would turn a conditional change into an unconditional one.
+    const rapidjson::Value *v = find(obj, name);
+    if (v != nullptr && !v->IsNull())
+      bad_param(field, "is an A2A 1.1 member: send the header A2A-Version: 1.1 to use it (this request is " +
+                           std::string(d == Dialect::v0_3 ? "v0.3" : "v1.0") + ")");
+    return std::nullopt;
+  }
   const std::optional<int64_t> g = opt_int(obj, name, field, 0, INT64_MAX / 2);
   if (!g) return std::nullopt;
   return static_cast<uint64_t>(*g);
@@ -276,13 +283,14 @@ void write_view(JsonWriter &w, const Task &task, Dialect d, const TaskView &view
 }  // namespace
 
 A2AMethods::A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
-                       PushDeliverer *push, std::size_t max_message_parts)
+                       PushDeliverer *push, std::size_t max_message_parts, std::size_t max_long_polls)
     : lifecycle_(lifecycle),
       log_(log),
       max_json_depth_(max_json_depth),
       blocking_timeout_ms_(blocking_timeout_ms),
       max_message_parts_(max_message_parts),
-      push_(push) {}
+      push_(push),
+      max_long_polls_(max_long_polls) {}
 
 std::optional<A2AMethod> A2AMethods::method_named(std::string_view name) {
   const auto &table = method_table();
@@ -758,9 +766,18 @@ void A2AMethods::get_task(const rapidjson::Value &p, const CallContext &call, Js
           opt_generation(p, "currentGeneration", "params.currentGeneration", call.dialect)) {
     // The long-poll (A2A 1.1 draft, section 3.2.7): the answer waits, at
     // most limits.blocking_timeout_ms, until the Task's generation passes
-    // the one given; then (or at the bound) the Task as it is.
-    const Snapshot s = lifecycle_.wait_for_generation(std::string(task_id), call.principal, call.tenant, *current,
-                                                      std::chrono::milliseconds(blocking_timeout_ms_));
+    // the one given; then (or at the bound) the Task as it is. A wait holds
+    // a request thread: past max_long_polls_ waiting at once, the answer is
+    // the Task as it is now, as at the bound (a client polls again), so
+    // that polls cannot starve every other request.
+    const bool may_wait = long_polls_.fetch_add(1) < max_long_polls_;
+    struct Release {
+      std::atomic<std::size_t> &n;
+      ~Release() { n.fetch_sub(1); }
+    } release{long_polls_};
+    const Snapshot s =
+        lifecycle_.wait_for_generation(std::string(task_id), call.principal, call.tenant, *current,
+                                       std::chrono::milliseconds(may_wait ? blocking_timeout_ms_ : 0));
     TaskView view;
     view.history_length = history_length.value_or(-1);
     write_view(w, s.task, call.dialect, view);

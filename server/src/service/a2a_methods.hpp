@@ -16,6 +16,8 @@
 #include "wire/errors.hpp"
 #include "wire/jsonrpc.hpp"
 
+#include <atomic>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,8 +67,12 @@ class A2AMethods {
   /// `push` (borrowed, may be null: push notifications off) validates and
   /// delivers webhook configs. A message with more than `max_message_parts`
   /// parts is refused (-32602, params.message.parts).
+  /// `max_long_polls`: how many GetTask long-polls (currentGeneration) may
+  /// wait at once; one more is answered at once with the Task as it is (as
+  /// at the bound), so that waiting polls never take every request thread
+  /// (server.cpp passes half of limits.max_connections).
   A2AMethods(TaskLifecycle &lifecycle, const Logger &log, int max_json_depth, int blocking_timeout_ms,
-             PushDeliverer *push = nullptr, std::size_t max_message_parts = 100);
+             PushDeliverer *push = nullptr, std::size_t max_message_parts = 100, std::size_t max_long_polls = 64);
 
   /// JSON-RPC: handles one request body and writes the complete response
   /// into `out`. `a2a_version` is the request's A2A-Version (header or query
@@ -125,6 +131,8 @@ class A2AMethods {
   int blocking_timeout_ms_;
   std::size_t max_message_parts_;
   PushDeliverer *push_;
+  std::size_t max_long_polls_;
+  std::atomic<std::size_t> long_polls_{0};  // GetTask long-polls waiting now
 };
 
 }  // namespace toolnexus::server_detail
