@@ -58,7 +58,7 @@ TEST_CASE("a completed Task past its retention leaves the store; a long-poll on 
   auto waited = waiter.call("GetTask", R"({"id":)" + q(id) + R"(,"currentGeneration":)" + std::to_string(generation) +
                                            "}",
                             "1", kV11);
-  CHECK(std::chrono::steady_clock::now() - asked < 1000ms);  // the bound is a minute
+  CHECK(std::chrono::steady_clock::now() - asked < 10000ms);  // the bound is a minute
   CHECK_MESSAGE(std::string(waited["result"]["status"]["state"].GetString()) == "TASK_STATE_COMPLETED", to_json(waited));
   CHECK(waited["result"]["generation"].GetUint64() == generation);
   CHECK(eventually([&] { return not_found(c, id); }, kBound));
